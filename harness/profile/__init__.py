@@ -1,0 +1,1 @@
+"""Timing and profiler backends: run a callable, return kernels with report-field metrics."""
