@@ -7,6 +7,7 @@ the way back out.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -70,7 +71,7 @@ class Kernel:
 @dataclass
 class Card:
     group: str
-    resolution: str
+    resolution: str | None
     stage: str
     op: str
     shape_parameters: dict[str, Any]
@@ -189,7 +190,7 @@ def _emit(
     for key, value in merged.items():
         if key not in out and (value is not None or key in always):
             out[key] = value
-    return out
+    return copy.deepcopy(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,7 +238,7 @@ def _shape_tag(card: Card) -> str:
 def derive_card_id(card: Card) -> str:
     height = card.resolution.split("x")[0] if card.resolution else "any"
     digest = hashlib.sha256(
-        "|".join([card.group, card.resolution, card.input_sha256 or ""]).encode()
+        "|".join([card.group, card.resolution or "", card.input_sha256 or ""]).encode()
     ).hexdigest()[:6]
     kind = "" if card.op_kind == card.stage else card.op_kind
     parts = [card.stage, height, kind, _shape_tag(card), digest]
@@ -322,7 +323,7 @@ def _parse_card(obj: Any, where: str) -> Card:
     kernels = [_parse_kernel(k, f"{where} ({group}), kernel {i}") for i, k in enumerate(kernels_raw)]
     return Card(
         group=group,
-        resolution=shape.get(obj, "resolution", (str,), required=False) or "",
+        resolution=shape.get(obj, "resolution", (str,), required=False),
         stage=shape.get(obj, "stage", (str,)),
         op=shape.get(obj, "op", (str,)),
         shape_parameters=parameters,

@@ -1,0 +1,5 @@
+import sys
+
+from harness.cards.cli import main
+
+sys.exit(main())

@@ -1,0 +1,451 @@
+"""Find the report's defects (DOMAIN.md section 1) and offer a normalized view that fixes the safe ones.
+
+Unit errors are found by cross-checks that the report carries itself, calibrated on the report:
+- a duration: `cycles_elapsed / dur_us` is the SM clock in MHz; the report's median clock is the
+  reference, and a duration whose clock is off by a power of 1000 was written in ms (or s);
+- a byte count: `(dram_read_mb + dram_write_mb) / (dur_us * dram_pct / 100)` is the DRAM peak
+  bandwidth; the report's median is the reference, and the one combination of scale factors for
+  read and write that lands on it (and no runner-up close to it) is the correction;
+- `smem_static_b` is a whole number of bytes: a fraction that becomes whole times 1000 was in KB;
+- `summed_kernel_us` against the sum of the (normalized) listed kernels.
+A value is corrected only when exactly one reading is consistent; otherwise it is reported as
+`unit_suspect` and left alone. Every correction is written into the card under `normalization`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable
+
+from harness.cards.fields import METRIC_FIELDS, UNRESOLVED
+from harness.cards.model import Card, Kernel, Report
+from harness.cards.rules import CLASS_TEXT, class_counts, classify_metrics
+
+SCALE_FACTORS = (1.0, 1e3, 1e6)
+CLOCK_TOLERANCE = 2.0  # a clock within 2x of the report's median is plausible (boost vs base)
+BANDWIDTH_PLAUSIBLE = 2.0  # as read, bytes within 2x of what dram_pct implies need no correction
+BANDWIDTH_MATCH = 1.25  # a corrected reading must land within 25% ...
+BANDWIDTH_MARGIN = 1.15  # ... and beat the runner-up by at least 15%
+SUM_TOLERANCE = 0.005  # relative disagreement tolerated between summed_kernel_us and the list
+
+# The rule texts of the classes, to recognise text that leaked into a damaged kernel name.
+_RULE_FRAGMENTS = tuple(text.rule[-24:] for text in CLASS_TEXT.values())
+
+
+@dataclass(frozen=True)
+class Finding:
+    card: str
+    kernel: str | None
+    code: str
+    detail: str
+    field: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Correction:
+    kernel: str | None
+    field: str
+    before: Any
+    after: Any
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    clock_mhz: float | None
+    dram_tb_s: float | None
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def is_damaged_name(name: str) -> bool:
+    """Rule text inside a kernel name: the `<...>` cut that ate the entry's metrics."""
+    return any(fragment in name for fragment in _RULE_FRAGMENTS) or bool(
+        re.search(r"=\s?\d+(\.\d+)?%\s(and|of|while)", name)
+    )
+
+
+def damaged_stem(name: str) -> str:
+    """The part of a damaged name that is still the kernel's own (before the leaked rule text)."""
+    cut = re.search(r"(>?=|<) ?\d+(\.\d+)?% ", name)
+    return name[: cut.start()].rstrip() if cut else name
+
+
+_CUDNN_PARAMS = re.compile(r"(\w+)\(cudnn::(\w+)_params_t")
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"(kernel|to|2|_)", "", text.lower())
+
+
+def is_merged_name(name: str) -> bool:
+    """A cuDNN function whose parameter struct belongs to another kernel: two entries ran together."""
+    match = _CUDNN_PARAMS.search(name)
+    if not match:
+        return False
+    function, params = match.group(1), match.group(2)
+    return _squash(function) != _squash(params)
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration from the report itself
+
+
+def _clock(metrics: dict[str, Any]) -> float | None:
+    cycles, dur = _num(metrics.get("cycles_elapsed")), _num(metrics.get("dur_us"))
+    if cycles is None or not dur:
+        return None
+    return cycles / dur
+
+
+def _implied_bandwidth(metrics: dict[str, Any], dur_us: float, read: float, write: float) -> float | None:
+    pct = _num(metrics.get("dram_pct"))
+    if not pct or not dur_us:
+        return None
+    return (read + write) / (dur_us * pct / 100.0)  # MB/us == TB/s
+
+
+def calibrate(cards: Iterable[Card]) -> Calibration:
+    clocks: list[float] = []
+    bandwidths: list[float] = []
+    for card in cards:
+        for kernel in card.kernels:
+            if kernel.metrics is None:
+                continue
+            clock = _clock(kernel.metrics)
+            if clock:
+                clocks.append(clock)
+            read, write = _num(kernel.metrics.get("dram_read_mb")), _num(kernel.metrics.get("dram_write_mb"))
+            dur = _num(kernel.metrics.get("dur_us"))
+            if read is not None and write is not None and dur:
+                bw = _implied_bandwidth(kernel.metrics, dur, read, write)
+                if bw:
+                    bandwidths.append(bw)
+    return Calibration(
+        clock_mhz=statistics.median(clocks) if clocks else None,
+        dram_tb_s=statistics.median(bandwidths) if bandwidths else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-kernel unit checks
+
+
+def _duration_factor(metrics: dict[str, Any], cal: Calibration) -> tuple[float | None, str]:
+    """(factor, why): 1 when consistent, the unique fixing factor, or None when ambiguous/unknowable."""
+    clock = _clock(metrics)
+    if clock is None or cal.clock_mhz is None:
+        return 1.0, "no clock cross-check possible"
+    fits = [f for f in SCALE_FACTORS if _within(clock / f, cal.clock_mhz, CLOCK_TOLERANCE)]
+    if fits == [1.0]:
+        return 1.0, "clock consistent"
+    if len(fits) == 1:
+        return fits[0], (
+            f"cycles_elapsed/dur_us = {clock:.4g} MHz against the report's {cal.clock_mhz:.0f} MHz; "
+            f"x{fits[0]:g} gives {clock / fits[0]:.0f} MHz"
+        )
+    return None, f"cycles_elapsed/dur_us = {clock:.4g} MHz fits no single unit"
+
+
+def _within(value: float, reference: float, ratio: float) -> bool:
+    return value > 0 and reference > 0 and 1 / ratio <= value / reference <= ratio
+
+
+def _byte_factors(
+    metrics: dict[str, Any], dur_us: float | None, cal: Calibration
+) -> tuple[tuple[float | None, float | None] | None, str]:
+    """Scale factors for (read, write): a factor is None where the cross-check cannot decide."""
+    read, write = _num(metrics.get("dram_read_mb")), _num(metrics.get("dram_write_mb"))
+    if read is None or write is None or not dur_us or cal.dram_tb_s is None:
+        return (1.0, 1.0), "no bandwidth cross-check possible"
+    as_read = _implied_bandwidth(metrics, dur_us, read, write)
+    if as_read is None or (read == 0 and write == 0):
+        return (1.0, 1.0), "no bandwidth cross-check possible"
+    if _within(as_read, cal.dram_tb_s, BANDWIDTH_PLAUSIBLE):
+        return (1.0, 1.0), "bandwidth consistent"
+    candidates = []
+    for fr in SCALE_FACTORS if read else (1.0,):
+        for fw in SCALE_FACTORS if write else (1.0,):
+            if (fr, fw) == (1.0, 1.0):
+                continue
+            bw = _implied_bandwidth(metrics, dur_us, read * fr, write * fw)
+            if bw:
+                candidates.append((abs(math.log(bw / cal.dram_tb_s)), (fr, fw), bw))
+    candidates.sort()
+    found = f"bytes imply {as_read:.4g} TB/s at dram_pct against the report's {cal.dram_tb_s:.2f} TB/s"
+    if candidates and candidates[0][0] <= math.log(BANDWIDTH_MATCH):
+        runner_up = candidates[1][0] if len(candidates) > 1 else math.inf
+        if runner_up - candidates[0][0] >= math.log(BANDWIDTH_MARGIN):
+            _, factors, bw = candidates[0]
+            return factors, f"{found}; read x{factors[0]:g}, write x{factors[1]:g} gives {bw:.2f} TB/s"
+        # Several readings fit: a field on which they all agree is still unambiguous.
+        fitting = [c for c in candidates if c[0] <= math.log(BANDWIDTH_MATCH)]
+        agreed = tuple(
+            fitting[0][1][i] if len({c[1][i] for c in fitting}) == 1 else None for i in (0, 1)
+        )
+        if any(f not in (None, 1.0) for f in agreed):
+            return agreed, f"{found}; every fitting reading scales read x{agreed[0]}, write x{agreed[1]}"
+    return None, f"{found}; no unique fix"
+
+
+# ---------------------------------------------------------------------------------------------
+# Lint and normalize in one pass: lint reports what normalize fixes, so they cannot disagree.
+
+
+@dataclass
+class _CardResult:
+    card: Card
+    findings: list[Finding]
+    corrections: list[Correction]
+
+
+def _normalize_card(card: Card, cal: Calibration) -> _CardResult:
+    out = copy.deepcopy(card)
+    findings: list[Finding] = []
+    corrections: list[Correction] = []
+    cid = card.id
+
+    def find(kernel: str | None, code: str, detail: str, field: str | None = None) -> None:
+        findings.append(Finding(cid, kernel, code, detail, field))
+
+    def correct(kernel: Kernel | None, field: str, before: Any, after: Any, reason: str) -> None:
+        corrections.append(Correction(kernel.name if kernel else None, field, before, after, reason))
+
+    if card.shape_parameters_encoded:
+        find(None, "shape_parameters_encoded", "shape_parameters is a JSON-encoded string, not an object",
+             "shape_parameters")
+        out.shape_parameters_encoded = False
+        correct(None, "shape_parameters", "<json string>", "<object>", "decoded the JSON string")
+
+    for name in ("summed_kernel_us", "nominal_mac_flops", "input_sha256"):
+        if name not in card.keys:
+            find(None, "missing_field", f"card has no {name!r}", name)
+        elif getattr(card, name) is None:
+            find(None, "null_field", f"{name} is null", name)
+    if not card.shape_parameters:
+        find(None, "null_field", "shape_parameters is empty: the op's shape was lost", "shape_parameters")
+    if card.primary is None:
+        find(None, "primary_missing", f"card has no primary class (status {card.status!r})", "primary")
+
+    unknown_durations: list[Kernel] = []
+    for index, kernel in enumerate(out.kernels):
+        original = card.kernels[index]
+        if kernel.metrics is None:
+            stem = damaged_stem(kernel.name)
+            find(kernel.name, "damaged_entry",
+                 f"metrics, classification and rule lost (name runs into rule text; kernel was {stem!r}); "
+                 "only evidence survives")
+            recovered = _recover(kernel, stem)
+            out.kernels[index] = recovered
+            correct(recovered, "kernel", kernel.name, stem,
+                    "damaged entry: name cut at the leaked rule text, metrics taken from its evidence, "
+                    "class recomputed from the evidence")
+            unknown_durations.append(recovered)
+            continue
+        if is_merged_name(kernel.name):
+            find(kernel.name, "merged_name",
+                 "function name and parameter type belong to different kernels: entries between them "
+                 "were lost")
+        metrics = kernel.metrics
+        nulls = [f for f in METRIC_FIELDS if f in metrics and metrics[f] is None]
+        if nulls:
+            find(kernel.name, "null_metrics", "null: " + ", ".join(nulls))
+        missing = [f for f in METRIC_FIELDS if f not in metrics]
+        if missing:
+            find(kernel.name, "missing_metrics", "absent: " + ", ".join(missing))
+
+        factor, why = _duration_factor(metrics, cal)
+        if factor is None:
+            find(kernel.name, "unit_suspect", why, "dur_us")
+        elif factor != 1.0:
+            find(kernel.name, "unit_scaled", f"dur_us written in a larger unit: {why}", "dur_us")
+            before = metrics["dur_us"]
+            metrics["dur_us"] = before * factor
+            correct(kernel, "dur_us", before, metrics["dur_us"], why)
+        if _num(metrics.get("dur_us")) is None:
+            unknown_durations.append(kernel)
+
+        factors, why = _byte_factors(metrics, _num(metrics.get("dur_us")), cal)
+        if factors is None:
+            find(kernel.name, "unit_suspect", why, "dram_read_mb")
+        else:
+            for field, f in zip(("dram_read_mb", "dram_write_mb"), factors):
+                if f is None:
+                    find(kernel.name, "unit_suspect", f"{field}: {why}", field)
+                elif f != 1.0:
+                    before = metrics[field]
+                    metrics[field] = before * f
+                    find(kernel.name, "unit_scaled", f"{field} written in a larger unit: {why}", field)
+                    correct(kernel, field, before, metrics[field], why)
+
+        static = _num(metrics.get("smem_static_b"))
+        if static is not None and static != int(static):
+            scaled = static * 1000
+            if abs(scaled - round(scaled)) < 1e-6:
+                why = f"{static:g} is not a whole number of bytes; x1000 gives {round(scaled)} B"
+                find(kernel.name, "unit_scaled", f"smem_static_b written in KB: {why}", "smem_static_b")
+                metrics["smem_static_b"] = float(round(scaled))
+                correct(kernel, "smem_static_b", static, metrics["smem_static_b"], why)
+            else:
+                find(kernel.name, "unit_suspect", f"smem_static_b {static:g} is not a whole number of bytes",
+                     "smem_static_b")
+
+        if original.classification is not None:
+            decision = classify_metrics(original.metrics or {})
+            if decision.classification != original.classification:
+                find(kernel.name, "classification_mismatch",
+                     f"stored {original.classification}, the rules give {decision.classification}")
+
+    listed = sum(_num(k.metric("dur_us")) or 0.0 for k in out.kernels)
+    if card.summed_kernel_us is not None:
+        total = float(card.summed_kernel_us)
+        if len(unknown_durations) == 1 and total > listed:
+            kernel = unknown_durations[0]
+            inferred = total - listed
+            assert kernel.metrics is not None
+            kernel.metrics["dur_us"] = inferred
+            kernel.extra["dur_us_inferred"] = True
+            correct(kernel, "dur_us", None, inferred,
+                    "inferred as summed_kernel_us minus the other listed kernels (may include lost kernels)")
+            listed = total
+        if not math.isclose(listed, total, rel_tol=SUM_TOLERANCE, abs_tol=0.01):
+            ratio = total / listed if listed else math.inf
+            scaled = next((f for f in SCALE_FACTORS[1:] if math.isclose(ratio, 1 / f, rel_tol=SUM_TOLERANCE)), None)
+            if scaled:
+                why = f"summed_kernel_us {total:g} is 1/{scaled:g} of the listed sum {listed:g}"
+                find(None, "unit_scaled", why, "summed_kernel_us")
+                out.summed_kernel_us = listed
+                correct(None, "summed_kernel_us", total, listed, why)
+            else:
+                find(None, "sum_mismatch",
+                     f"summed_kernel_us {total:g} us, listed kernels sum to {listed:g} us "
+                     f"({total - listed:+.4g} us unaccounted)", "summed_kernel_us")
+
+    names = {k.name for k in card.kernels}
+    if card.dominant_kernel is not None and card.dominant_kernel not in names:
+        find(None, "dominant_missing",
+             f"dominant kernel {card.dominant_kernel[:80]!r} is not in the kernel list (list truncated)",
+             "dominant_kernel")
+    elif card.dominant_kernel is not None:
+        longest = max(
+            (k for k in out.kernels if k.metric("dur_us") is not None),
+            key=lambda k: k.metric("dur_us") or 0.0,
+            default=None,
+        )
+        def known_as(kernel: Kernel) -> str:
+            return kernel.extra.get("recovered_from", kernel.name)
+
+        if longest is not None and known_as(longest) != card.dominant_kernel and not any(
+            known_as(k) == card.dominant_kernel and k.metric("dur_us") == longest.metric("dur_us")
+            for k in out.kernels
+        ):
+            find(None, "dominant_mismatch",
+                 f"stored dominant {card.dominant_kernel[:60]!r} is not the longest kernel "
+                 f"({longest.name[:60]!r})", "dominant_kernel")
+
+    if corrections:
+        out.extra["normalization"] = [c.as_dict() for c in corrections]
+    return _CardResult(out, findings, corrections)
+
+
+def _recover(kernel: Kernel, stem: str) -> Kernel:
+    evidence = dict(kernel.evidence or {})
+    metrics: dict[str, Any] = {name: None for name in METRIC_FIELDS}
+    for key in ("sm_pct", "tensor_pct", "dram_pct", "l2_pct", "warps_active_pct", "waves"):
+        metrics[key] = _num(evidence.get(key))
+    ratio = _num(evidence.get("sm_active_over_elapsed"))
+    decision = classify_metrics({**metrics, "sm_active_over_elapsed": ratio})
+    tail_matches = [
+        name for name, text in CLASS_TEXT.items() if kernel.name.endswith(text.rule[-20:])
+    ]
+    extra = {
+        **kernel.extra,
+        "recovered_from": kernel.name,
+        "rule_text_tail_suggests": tail_matches,
+    }
+    if ratio is not None:
+        extra["sm_active_over_elapsed"] = ratio
+    recovered = Kernel(
+        name=stem,
+        metrics=metrics,
+        classification=decision.classification,
+        rule=decision.rule,
+        evidence=decision.evidence,
+        extra=extra,
+    )
+    if tail_matches and decision.classification not in tail_matches:
+        recovered.extra["recovery_conflict"] = (
+            f"evidence gives {decision.classification}, leaked rule text suggests {tail_matches}"
+        )
+    return recovered
+
+
+def _report_findings(report: Report) -> list[Finding]:
+    findings: list[Finding] = []
+    summary, by_stage = class_counts(report.cards)
+    if report.summary is not None and report.summary != summary:
+        diff = _count_diff(report.summary, summary)
+        findings.append(Finding("(report)", None, "summary_mismatch", f"summary vs cards: {diff}", "summary"))
+    if report.by_stage is not None:
+        for stage in sorted(set(report.by_stage) | set(by_stage)):
+            stored, actual = report.by_stage.get(stage, {}), by_stage.get(stage, {})
+            if stored != actual:
+                findings.append(Finding("(report)", None, "summary_mismatch",
+                                        f"by_stage.{stage} vs cards: {_count_diff(stored, actual)}", "by_stage"))
+    groups: dict[str, list[str]] = {}
+    for card in report.cards:
+        groups.setdefault(card.group, []).append(card.id)
+    for group, ids in groups.items():
+        if len(ids) > 1:
+            findings.append(Finding("(report)", None, "duplicate_group",
+                                    f"group {group!r} is shared by {len(ids)} cards: {', '.join(ids)}", "group"))
+    return findings
+
+
+def _count_diff(stored: dict[str, int], actual: dict[str, int]) -> str:
+    keys = sorted(set(stored) | set(actual))
+    parts = [f"{k} {stored.get(k, 0)} stored, {actual.get(k, 0)} counted" for k in keys
+             if stored.get(k, 0) != actual.get(k, 0)]
+    return "; ".join(parts) + f" (a card without a primary counts as {UNRESOLVED})"
+
+
+@dataclass
+class LintResult:
+    findings: list[Finding]
+    normalized: Report
+    corrections: dict[str, list[Correction]]
+    calibration: Calibration
+
+
+def lint_report(report: Report) -> LintResult:
+    cal = calibrate(report.cards)
+    results = [_normalize_card(card, cal) for card in report.cards]
+    normalized = copy.copy(report)
+    normalized.cards = [r.card for r in results]
+    findings = [f for r in results for f in r.findings] + _report_findings(report)
+    corrections = {r.card.id: r.corrections for r in results if r.corrections}
+    normalized.extra = {
+        **report.extra,
+        "normalized": {
+            "clock_mhz_reference": cal.clock_mhz,
+            "dram_tb_s_reference": cal.dram_tb_s,
+            "corrections": sum(len(c) for c in corrections.values()),
+        },
+    }
+    return LintResult(findings, normalized, corrections, cal)
+
+
+def normalize(report: Report) -> Report:
+    return lint_report(report).normalized

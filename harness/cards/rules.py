@@ -1,0 +1,317 @@
+"""The six bottleneck rules of the report, with their thresholds as overridable defaults.
+
+Checked in order, first match wins. Missing (null) metrics are handled the way the report's own
+classifier did, and said out loud: an atom such as `dram_pct >= 60` cannot fire on a null, a list
+such as "sm, tensor, dram and l2 all < 40" is judged on the values that are known (at least one), and
+every null the decision had to step over is listed in the evidence under `missing_inputs`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Iterable, Mapping
+
+from harness.cards.fields import (
+    CLASSES,
+    COMPUTE_BOUND,
+    DRAM_BANDWIDTH_BOUND,
+    L2_BANDWIDTH_BOUND,
+    LATENCY_OR_OCCUPANCY_LIMITED,
+    PARTIAL_WAVE_TAIL,
+    UNRESOLVED,
+)
+from harness.cards.model import Card, Kernel, Report
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    compute_pct: float = 60.0
+    dram_pct: float = 60.0
+    l2_pct: float = 60.0
+    tail_active_ratio: float = 0.85
+    tail_max_waves: float = 1.5
+    latency_max_pct: float = 40.0
+    latency_warps_active_pct: float = 25.0
+    latency_waves: float = 1.0
+
+
+@dataclass(frozen=True)
+class ClassText:
+    rule: str
+    alternative_explanation: str
+    counter_experiment: str
+
+
+# Texts as the report writes them. latency_or_occupancy_limited is never a card primary in the
+# report, so its alternative and counter-experiment are ours (marked by the harness prefix).
+CLASS_TEXT: dict[str, ClassText] = {
+    COMPUTE_BOUND: ClassText(
+        "sm or tensor-pipe throughput >= 60% of peak sustained",
+        "Padding/redundant work inside nominal FLOPs; instruction mix vs tensor pipe",
+        "Same dtype better tile/kernel; compare effective vs executed FLOPs",
+    ),
+    DRAM_BANDWIDTH_BOUND: ClassText(
+        "DRAM throughput >= 60% of peak sustained",
+        "Cache-unfriendly layout or spills inflating traffic",
+        "Layout/fusion that lowers DRAM bytes; check bytes and time fall together",
+    ),
+    L2_BANDWIDTH_BOUND: ClassText(
+        "L2 (lts) throughput >= 60% while DRAM < 60%",
+        "Working set thrashing L2; DRAM counter under-reads write-back",
+        "Blocking/reuse change; compare lts bytes",
+    ),
+    PARTIAL_WAVE_TAIL: ClassText(
+        "SM active cycles < 85% of elapsed with <= 1.5 waves: grid too small for the machine "
+        "(tail/launch-limited)",
+        "Small M for this rank shard; multi-kernel split",
+        "Batch/tile change or larger per-rank M; compare waves and duration",
+    ),
+    LATENCY_OR_OCCUPANCY_LIMITED: ClassText(
+        "all throughputs < 40% with low achieved occupancy or < 1 wave",
+        "(harness) Launch overhead or a dependent-latency chain; too little parallel work",
+        "(harness) Fuse or batch launches, or raise parallelism; compare achieved occupancy, waves "
+        "and duration",
+    ),
+    UNRESOLVED: ClassText(
+        "no unit >= 60% and no clear occupancy/tail signature; needs warp-stall breakdown (not "
+        "collected)",
+        "Mixed limiter or measurement window artifact",
+        "Collect stall reasons (smsp__warp_issue_stalled_*) and l1tex/lts bytes",
+    ),
+}
+
+DEFAULT_ORDER: tuple[str, ...] = CLASSES[:-1]
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    order: tuple[str, ...] = DEFAULT_ORDER
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any] | None) -> "RuleSet":
+        """Build from a mapping like conf/rules/default.yaml; unknown keys are an error."""
+        if not cfg:
+            return cls()
+        cfg = dict(cfg)
+        order = tuple(cfg.pop("order", DEFAULT_ORDER))
+        unknown_classes = [name for name in order if name not in DEFAULT_ORDER]
+        if unknown_classes:
+            raise ValueError(
+                f"rules.order: unknown rule(s) {unknown_classes}; choose from {list(DEFAULT_ORDER)}"
+            )
+        raw = dict(cfg.pop("thresholds", {}) or {})
+        if cfg:
+            raise ValueError(f"rules: unknown key(s) {sorted(cfg)}; expected 'thresholds' and 'order'")
+        names = {f.name for f in fields(Thresholds)}
+        unknown = sorted(set(raw) - names)
+        if unknown:
+            raise ValueError(f"rules.thresholds: unknown key(s) {unknown}; expected {sorted(names)}")
+        values: dict[str, float] = {}
+        for key, value in raw.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"rules.thresholds.{key} must be a number, got {value!r}")
+            values[key] = float(value)
+        return cls(Thresholds(**values), order)
+
+    def describe(self) -> dict[str, Any]:
+        return {"thresholds": asdict(self.thresholds), "order": list(self.order)}
+
+
+def _active_ratio(metrics: Mapping[str, Any]) -> float | None:
+    active, elapsed = metrics.get("sm_cycles_active"), metrics.get("cycles_elapsed")
+    if active is None or not elapsed:
+        return None
+    return float(active) / float(elapsed)
+
+
+def evidence_of(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The values the rules read, in the report's evidence layout."""
+    keys = ("sm_pct", "tensor_pct", "dram_pct", "l2_pct", "warps_active_pct", "waves")
+    out: dict[str, Any] = {key: metrics.get(key) for key in keys}
+    out["sm_active_over_elapsed"] = metrics.get("sm_active_over_elapsed", _active_ratio(metrics))
+    return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    classification: str
+    rule: str
+    evidence: dict[str, Any]
+
+
+class _Judge:
+    """Three-valued helpers that remember which nulls a decision stepped over."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        self.values = values
+        self.missing: list[str] = []
+
+    def atom(self, key: str, test) -> bool:
+        value = self.values.get(key)
+        if value is None:
+            self._miss(key)
+            return False
+        return bool(test(float(value)))
+
+    def any_of(self, keys: Iterable[str], test) -> bool:
+        known = self._known(keys)
+        return any(test(v) for v in known)
+
+    def all_of(self, keys: Iterable[str], test) -> bool:
+        known = self._known(keys)
+        return bool(known) and all(test(v) for v in known)
+
+    def _known(self, keys: Iterable[str]) -> list[float]:
+        out = []
+        for key in keys:
+            value = self.values.get(key)
+            if value is None:
+                self._miss(key)
+            else:
+                out.append(float(value))
+        return out
+
+    def _miss(self, key: str) -> None:
+        if key not in self.missing:
+            self.missing.append(key)
+
+
+def _fires(name: str, t: Thresholds, judge: _Judge) -> bool:
+    if name == COMPUTE_BOUND:
+        return judge.any_of(("sm_pct", "tensor_pct"), lambda v: v >= t.compute_pct)
+    if name == DRAM_BANDWIDTH_BOUND:
+        return judge.atom("dram_pct", lambda v: v >= t.dram_pct)
+    if name == L2_BANDWIDTH_BOUND:
+        return judge.atom("l2_pct", lambda v: v >= t.l2_pct) and judge.atom(
+            "dram_pct", lambda v: v < t.dram_pct
+        )
+    if name == PARTIAL_WAVE_TAIL:
+        return judge.atom("sm_active_over_elapsed", lambda v: v < t.tail_active_ratio) and judge.atom(
+            "waves", lambda v: v <= t.tail_max_waves
+        )
+    if name == LATENCY_OR_OCCUPANCY_LIMITED:
+        quiet = judge.all_of(
+            ("sm_pct", "tensor_pct", "dram_pct", "l2_pct"), lambda v: v < t.latency_max_pct
+        )
+        starved = judge.any_of(("warps_active_pct",), lambda v: v < t.latency_warps_active_pct) or (
+            judge.any_of(("waves",), lambda v: v < t.latency_waves)
+        )
+        return quiet and starved
+    raise ValueError(f"unknown rule {name!r}")
+
+
+def classify_metrics(metrics: Mapping[str, Any], rules: RuleSet | None = None) -> Decision:
+    """Class and rule text of one kernel's metrics (or of an evidence dict)."""
+    rules = rules or RuleSet()
+    evidence = evidence_of(metrics)
+    judge = _Judge(evidence)
+    for name in rules.order:
+        if _fires(name, rules.thresholds, judge):
+            return Decision(name, CLASS_TEXT[name].rule, _with_missing(evidence, judge.missing))
+    return Decision(UNRESOLVED, CLASS_TEXT[UNRESOLVED].rule, _with_missing(evidence, judge.missing))
+
+
+def _with_missing(evidence: dict[str, Any], missing: list[str]) -> dict[str, Any]:
+    if missing:
+        return {**evidence, "missing_inputs": list(missing)}
+    return evidence
+
+
+def classify_kernel(kernel: Kernel, rules: RuleSet | None = None) -> Kernel:
+    """A copy of the kernel with classification, rule and evidence recomputed (damaged: unchanged)."""
+    out = copy.deepcopy(kernel)
+    if kernel.metrics is None:
+        return out
+    decision = classify_metrics(kernel.metrics, rules)
+    out.classification, out.rule, out.evidence = decision.classification, decision.rule, decision.evidence
+    return out
+
+
+def dominant(kernels: Iterable[Kernel]) -> Kernel | None:
+    """The kernel with the longest known duration (first one on ties)."""
+    best: Kernel | None = None
+    for kernel in kernels:
+        duration = kernel.metric("dur_us")
+        if duration is not None and (best is None or duration > (best.metric("dur_us") or 0.0)):
+            best = kernel
+    return best
+
+
+def _unlisted_time(card: Card) -> float:
+    if card.summed_kernel_us is None:
+        return 0.0
+    listed = sum(k.metric("dur_us") or 0.0 for k in card.kernels)
+    return max(float(card.summed_kernel_us) - listed, 0.0)
+
+
+def classify_card(card: Card, rules: RuleSet | None = None) -> Card:
+    """A copy of the card with every kernel re-classified and the card verdict recomputed.
+
+    Durations are taken as they stand: classify a normalized card (harness.cards.lint.normalize)
+    when the input may carry unit errors.
+    """
+    out = copy.deepcopy(card)
+    out.kernels = [classify_kernel(k, rules) for k in card.kernels]
+    top = dominant(out.kernels)
+    unlisted = _unlisted_time(out)
+    if top is not None and unlisted > (top.metric("dur_us") or 0.0):
+        # More time is missing from the list than its longest kernel took: the dominant is unknown.
+        out.extra["classification_note"] = (
+            f"{unlisted:.3f} us of summed_kernel_us is not in the kernel list, more than its longest "
+            f"kernel; the dominant kernel is not listed (stored primary: {card.primary})"
+        )
+        out.primary = out.primary_rule = None
+        text = CLASS_TEXT[UNRESOLVED]
+        out.status = "unresolved"
+    elif top is None or top.classification is None:
+        out.dominant_kernel = top.name if top else None
+        out.primary = out.primary_rule = None
+        text = CLASS_TEXT[UNRESOLVED]
+        out.status = "unresolved"
+    else:
+        out.dominant_kernel = top.name
+        out.primary = top.classification
+        text = CLASS_TEXT[top.classification]
+        out.primary_rule = top.rule
+        out.status = "unresolved" if out.primary == UNRESOLVED else "classified"
+    out.alternative_explanation = text.alternative_explanation
+    out.counter_experiment = text.counter_experiment
+    return out
+
+
+def class_counts(cards: Iterable[Card]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """`summary` and `by_stage` as the report counts them: a card without a primary is unresolved."""
+    summary: dict[str, int] = {}
+    by_stage: dict[str, dict[str, int]] = {}
+    for card in cards:
+        name = card.primary or UNRESOLVED
+        summary[name] = summary.get(name, 0) + 1
+        stage = by_stage.setdefault(card.stage, {})
+        stage[name] = stage.get(name, 0) + 1
+    return summary, by_stage
+
+
+def rules_text(rules: RuleSet) -> str:
+    t = rules.thresholds
+    parts = {
+        COMPUTE_BOUND: f"compute_bound: sm or tensor pipe >= {t.compute_pct:g}%",
+        DRAM_BANDWIDTH_BOUND: f"dram_bandwidth_bound: dram >= {t.dram_pct:g}%",
+        L2_BANDWIDTH_BOUND: f"l2_bandwidth_bound: lts >= {t.l2_pct:g}% & dram < {t.dram_pct:g}%",
+        PARTIAL_WAVE_TAIL: f"partial_wave_tail: sm_active/elapsed < {t.tail_active_ratio:g} & waves <= "
+        f"{t.tail_max_waves:g}",
+        LATENCY_OR_OCCUPANCY_LIMITED: f"latency_or_occupancy_limited: all < {t.latency_max_pct:g}% & "
+        f"(warps_active < {t.latency_warps_active_pct:g}% or waves < {t.latency_waves:g})",
+    }
+    return "; ".join(parts[name] for name in rules.order) + "; else unresolved"
+
+
+def classify_report(report: Report, rules: RuleSet | None = None) -> Report:
+    """A copy of the report with every card re-classified and the counts rebuilt."""
+    rules = rules or RuleSet()
+    out = copy.copy(report)
+    out.cards = [classify_card(c, rules) for c in report.cards]
+    out.summary, out.by_stage = class_counts(out.cards)
+    out.rules = rules_text(rules)
+    return out

@@ -1,0 +1,441 @@
+"""CPU backend: torch.profiler op times, report-format kernels, roofline-estimated percentages.
+
+What is measured and what is estimated (every kernel says so in `extra`):
+
+- `dur_us` is MEASURED: the op's self CPU time from torch.profiler (wall time on the calling
+  thread, children excluded; intra-op worker threads run inside it), summed over all of the op's
+  invocations in the measured calls and divided by the number of measured calls of `fn`.
+- `sm_pct` is ESTIMATED: achieved FLOP/s / the measured CPU peak FLOP/s of the op's dtype x 100.
+  FLOPs are the profiler's own count (`with_flops`, known for mm/addmm/bmm/conv2d ...) when it
+  reports one. Otherwise `WorkloadFacts.flops` is attributed to the workload's main compute op
+  (see `main_compute_op`), and only when the profiler's FLOPs summed over all kept ops are below
+  half of `facts.flops` (so that work is never counted twice). An op with no known FLOP count has
+  `sm_pct` None, not 0.
+- `dram_pct`, `dram_read_mb`, `dram_write_mb` are ESTIMATED from shapes, not counted:
+  read bytes = the recorded tensor inputs (elements x element size of their recorded dtype);
+  write bytes = the op's net CPU allocation during the call (torch.profiler `profile_memory`,
+  which for an out-of-place op is its output), except for in-place ops (name ends in `_`), which
+  write their first input (`copy_` reads only its source). Tensor-list inputs (cat, stack) have
+  no recorded shapes and are assumed to be as large as the output. dram_pct = (read + write) /
+  dur / measured copy bandwidth x 100. A working set that fits in the last-level cache never
+  reaches DRAM, so there the number overstates DRAM traffic (flagged in `extra["bytes_note"]`)
+  and may exceed 100.
+- `tensor_pct`, `l2_pct`, `warps_active_pct`, `max_warps_pct`, `waves`, launch and cycle fields
+  have no CPU meaning and stay None.
+
+Which ops become kernels (the rest are reported in `Profile.settings["dropped_ops_us"]`):
+1. only ops inside the measured calls (each wrapped in a `harness::measured_call#i` range); user
+   annotations and Python function events are never kernels;
+2. allocation, view and metadata ops (`IGNORED_OPS`, e.g. aten::empty, aten::resize_, aten::view,
+   aten::as_strided, aten::t) are dropped whatever their time: they move no data;
+3. dispatcher wrappers are dropped: an op whose self time is under half of its inclusive time
+   (aten::conv3d, aten::linear, aten::to, aten::contiguous, aten::clone ...) delegates its work
+   to children, which are kept on their own;
+4. noise: an op whose self time per call is under max(`min_self_us`, `min_self_fraction` x the
+   summed self time of all ops) is dropped.
+A layout conversion therefore appears as the op that copies (aten::copy_), with the ops that
+called it in `extra["callers"]` (e.g. "aten::clone < aten::contiguous < aten::slow_conv3d_forward").
+Kernels are listed in order of first appearance, like a launch order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from harness.cards.fields import SOURCE_CPU_ESTIMATE
+from harness.cards.model import Kernel, empty_metrics
+from harness.profile.base import Profile, ProfilerUnavailable, WorkloadFacts
+from harness.profile.cpu_peaks import CpuPeaks, get_cpu_peaks
+
+CALL_LABEL = "harness::measured_call"
+
+IGNORED_OPS = frozenset(
+    {
+        "aten::empty",
+        "aten::empty_like",
+        "aten::empty_strided",
+        "aten::resize_",
+        "aten::view",
+        "aten::_unsafe_view",
+        "aten::reshape",
+        "aten::_reshape_alias",
+        "aten::as_strided",
+        "aten::as_strided_",
+        "aten::transpose",
+        "aten::t",
+        "aten::permute",
+        "aten::expand",
+        "aten::expand_as",
+        "aten::squeeze",
+        "aten::unsqueeze",
+        "aten::select",
+        "aten::slice",
+        "aten::narrow",
+        "aten::alias",
+        "aten::detach",
+        "aten::detach_",
+        "aten::lift_fresh",
+        "aten::resolve_conj",
+        "aten::resolve_neg",
+        "aten::set_",
+        "aten::unbind",
+        "aten::split",
+        "aten::chunk",
+        "aten::split_with_sizes",
+        "aten::unflatten",
+        "aten::flatten",
+        "aten::result_type",
+        "aten::is_nonzero",
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::size",
+        "aten::stride",
+        "aten::dim",
+    }
+)
+
+# The report's op kinds and the CPU op names that do their main compute, in order of preference.
+_MAIN_OP_PATTERNS: dict[str, tuple[str, ...]] = {
+    "conv3d": ("convolution", "conv3d", "conv_depthwise3d", "conv"),
+    "linear": ("addmm", "mm", "bmm", "matmul", "linear"),
+    "attention": ("scaled_dot_product", "attention", "flash", "bmm", "softmax"),
+    "cast": ("_to_copy", "copy_", "to"),
+}
+
+# torch.profiler's `input_dtypes` strings (C++ type names) -> torch dtype names.
+_DTYPE_NAMES = {
+    "float": "float32",
+    "double": "float64",
+    "c10::Half": "float16",
+    "c10::BFloat16": "bfloat16",
+    "c10::Float8_e4m3fn": "float8_e4m3fn",
+    "c10::Float8_e5m2": "float8_e5m2",
+    "c10::Float8_e4m3fnuz": "float8_e4m3fnuz",
+    "c10::Float8_e5m2fnuz": "float8_e5m2fnuz",
+    "c10::complex<float>": "complex64",
+    "c10::complex<double>": "complex128",
+    "c10::complex<c10::Half>": "complex32",
+    "int": "int32",
+    "long int": "int64",
+    "long": "int64",
+    "short int": "int16",
+    "short": "int16",
+    "signed char": "int8",
+    "unsigned char": "uint8",
+    "bool": "bool",
+}
+
+ESTIMATED_FIELDS_ALL = ("sm_pct", "dram_pct", "dram_read_mb", "dram_write_mb")
+
+
+def _itemsize(dtype_name: str) -> int | None:
+    import torch
+
+    dtype = getattr(torch, dtype_name, None)
+    if isinstance(dtype, torch.dtype):
+        return dtype.itemsize
+    return None
+
+
+@dataclass
+class _OpStats:
+    name: str
+    order: int
+    invocations: int = 0
+    self_us: float = 0.0
+    total_us: float = 0.0
+    flops: float = 0.0
+    read_bytes: float = 0.0
+    write_bytes: float = 0.0
+    bytes_notes: set[str] = field(default_factory=set)
+    dtype: str | None = None
+    input_shapes: list[Any] | None = None
+    callers: Counter = field(default_factory=Counter)
+
+
+def _root(event: Any) -> Any:
+    node = event
+    while node.cpu_parent is not None:
+        node = node.cpu_parent
+    return node
+
+
+def _caller_chain(event: Any, depth: int = 3) -> str:
+    names = []
+    node = event.cpu_parent
+    while node is not None and len(names) < depth:
+        if node.name.startswith(CALL_LABEL):
+            break
+        names.append(node.name)
+        node = node.cpu_parent
+    return " < ".join(names) if names else "(top level)"
+
+
+def _tensor_inputs(event: Any, fallback_dtype: str) -> tuple[list[tuple[list[int], str | None]], bool]:
+    """(shape, dtype name) of each tensor input, and whether a tensor-list input was seen."""
+    shapes = event.input_shapes or []
+    dtypes = getattr(event, "input_dtypes", None)
+    out: list[tuple[list[int], str | None]] = []
+    saw_list = False
+    for i, shape in enumerate(shapes):
+        raw = dtypes[i] if dtypes is not None and i < len(dtypes) else None
+        if raw == "TensorList":
+            saw_list = True
+            continue
+        if dtypes is None:
+            # Older torch records no dtypes: a non-empty shape is a tensor of the workload's dtype.
+            if isinstance(shape, (list, tuple)) and len(shape) > 0:
+                out.append((list(shape), fallback_dtype))
+            continue
+        if raw in _DTYPE_NAMES and isinstance(shape, (list, tuple)):
+            out.append((list(shape), _DTYPE_NAMES[raw]))
+        elif raw and raw not in ("Scalar", "ScalarList", "GenericList", "String", "") and isinstance(
+            shape, (list, tuple)
+        ) and len(shape) > 0:
+            out.append((list(shape), None))  # a tensor of a dtype we do not know
+    return out, saw_list
+
+
+def _nbytes(shape: list[int], dtype_name: str | None, fallback_dtype: str) -> tuple[float, bool]:
+    size = _itemsize(dtype_name) if dtype_name else None
+    guessed = size is None
+    if size is None:
+        size = _itemsize(fallback_dtype) or 4
+    return float(math.prod(int(d) for d in shape)) * size, guessed
+
+
+def main_compute_op(names_by_dur: list[tuple[str, float]], op_kind: str) -> str | None:
+    """The kernel that stands for the workload's compute: the longest op whose name matches the
+    op kind's patterns (first pattern that matches any op wins), else the longest op."""
+    if not names_by_dur:
+        return None
+    ranked = sorted(names_by_dur, key=lambda item: -item[1])
+    for pattern in _MAIN_OP_PATTERNS.get(op_kind, ()):
+        for name, _ in ranked:
+            if pattern in name.split("::")[-1]:
+                return name
+    return ranked[0][0]
+
+
+class CpuProfiler:
+    """Profiler protocol on the CPU: torch.profiler op times plus roofline estimates."""
+
+    name = "cpu"
+
+    def __init__(
+        self,
+        *,
+        calls: int = 3,
+        peaks: CpuPeaks | None = None,
+        min_self_us: float = 1.0,
+        min_self_fraction: float = 0.005,
+    ):
+        if calls < 1:
+            raise ValueError("calls must be at least 1")
+        self.calls = calls
+        self._peaks = peaks
+        self.min_self_us = min_self_us
+        self.min_self_fraction = min_self_fraction
+
+    # -----------------------------------------------------------------------------------------
+
+    def _run(self, fn: Callable[[], Any]) -> Any:
+        try:
+            from torch.profiler import ProfilerActivity, profile, record_function
+        except ImportError as exc:  # pragma: no cover - torch is a dependency
+            raise ProfilerUnavailable(f"torch.profiler is not importable ({exc}); install torch") from None
+        with profile(
+            activities=[ProfilerActivity.CPU],
+            record_shapes=True,
+            with_flops=True,
+            profile_memory=True,
+        ) as prof:
+            for i in range(self.calls):
+                with record_function(f"{CALL_LABEL}#{i}"):
+                    fn()
+        return prof.events()
+
+    def _collect(self, events: Any, facts: WorkloadFacts) -> dict[str, _OpStats]:
+        stats: dict[str, _OpStats] = {}
+        for event in events:
+            if getattr(event, "is_user_annotation", False) or getattr(event, "is_python_function", False):
+                continue
+            if event.name.startswith(CALL_LABEL):
+                continue
+            root = _root(event)
+            if root is event or not root.name.startswith(CALL_LABEL):
+                continue  # outside the measured calls (or on another thread)
+            entry = stats.get(event.name)
+            if entry is None:
+                entry = stats[event.name] = _OpStats(name=event.name, order=len(stats))
+            entry.invocations += 1
+            entry.self_us += float(event.self_cpu_time_total)
+            entry.total_us += float(event.cpu_time_total)
+            entry.flops += float(event.flops or 0)
+            entry.callers[_caller_chain(event)] += 1
+            self._add_bytes(entry, event, facts)
+        return stats
+
+    @staticmethod
+    def _add_bytes(entry: _OpStats, event: Any, facts: WorkloadFacts) -> None:
+        inputs, saw_list = _tensor_inputs(event, facts.dtype)
+        if entry.input_shapes is None:
+            entry.input_shapes = [list(s) for s in (event.input_shapes or [])]
+        if entry.dtype is None and inputs and inputs[0][1]:
+            entry.dtype = inputs[0][1]
+        sizes = []
+        for shape, dtype_name in inputs:
+            nbytes, guessed = _nbytes(shape, dtype_name, facts.dtype)
+            if guessed:
+                entry.bytes_notes.add(f"unknown input dtype counted as {facts.dtype}")
+            sizes.append(nbytes)
+        short = event.name.split("::")[-1]
+        in_place = short.endswith("_") and not short.startswith("_")
+        if in_place:
+            written = sizes[0] if sizes else 0.0
+            if short == "copy_":
+                read = sum(sizes[1:2])
+            elif short in ("zero_", "fill_", "normal_", "uniform_", "random_"):
+                read = sum(sizes[1:])
+            else:
+                read = sum(sizes)
+        else:
+            read = sum(sizes)
+            written = float(max(0, getattr(event, "cpu_memory_usage", 0) or 0))
+            if written == 0:
+                entry.bytes_notes.add("no net allocation seen: write bytes counted as 0")
+        if saw_list:
+            read += written
+            entry.bytes_notes.add("tensor-list inputs assumed as large as the output")
+        entry.read_bytes += read
+        entry.write_bytes += written
+
+    # -----------------------------------------------------------------------------------------
+
+    def _select(self, stats: dict[str, _OpStats]) -> tuple[list[_OpStats], dict[str, float]]:
+        n = self.calls
+        total_self = sum(s.self_us for s in stats.values()) / n
+        floor = max(self.min_self_us, self.min_self_fraction * total_self)
+        kept: list[_OpStats] = []
+        dropped: dict[str, float] = {}
+        for entry in sorted(stats.values(), key=lambda s: s.order):
+            per_call = entry.self_us / n
+            if (
+                entry.name in IGNORED_OPS
+                or entry.name.startswith("ProfilerStep")
+                or entry.name.startswith("[")
+                or (entry.total_us > 0 and entry.self_us < 0.5 * entry.total_us)
+                or per_call < floor
+            ):
+                dropped[entry.name] = round(per_call, 3)
+                continue
+            kept.append(entry)
+        return kept, dropped
+
+    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts) -> Profile:
+        """Run `fn` `calls` times under torch.profiler and return its work ops as kernels."""
+        peaks = self._peaks or get_cpu_peaks()
+        events = self._run(fn)
+        stats = self._collect(events, facts)
+        kept, dropped = self._select(stats)
+        n = self.calls
+
+        profiler_flops = sum(s.flops for s in kept) / n
+        main = main_compute_op([(s.name, s.self_us) for s in kept], facts.op_kind)
+        attribute_facts = bool(
+            facts.flops and facts.flops > 0 and profiler_flops < 0.5 * facts.flops
+        )
+
+        kernels: list[Kernel] = []
+        for entry in kept:
+            kernels.append(self._kernel(entry, facts, peaks, main, attribute_facts))
+
+        notes = [
+            "CPU backend: dur_us is torch.profiler self CPU time per call of the workload; sm_pct, "
+            "dram_pct, dram_read_mb and dram_write_mb are roofline ESTIMATES against this CPU's "
+            "measured peaks; GPU-only fields (tensor_pct, l2_pct, warps, waves, cycles, launch) are None.",
+        ]
+        if not kernels:
+            notes.append("no op passed the kernel filter; see settings['dropped_ops_us']")
+        return Profile(
+            kernels=kernels,
+            backend="cpu",
+            metrics_source=SOURCE_CPU_ESTIMATE,
+            peaks=peaks.as_dict(),
+            settings={
+                "calls": n,
+                "record_shapes": True,
+                "with_flops": True,
+                "profile_memory": True,
+                "torch_threads": peaks.torch_threads,
+                "min_self_us": self.min_self_us,
+                "min_self_fraction": self.min_self_fraction,
+                "main_compute_op": main,
+                "dropped_ops_us": dropped,
+            },
+            notes=notes,
+        )
+
+    def _kernel(
+        self,
+        entry: _OpStats,
+        facts: WorkloadFacts,
+        peaks: CpuPeaks,
+        main: str | None,
+        attribute_facts: bool,
+    ) -> Kernel:
+        n = self.calls
+        dur_us = entry.self_us / n
+        metrics = empty_metrics()
+        metrics["dur_us"] = dur_us
+        extra: dict[str, Any] = {
+            "metrics_source": SOURCE_CPU_ESTIMATE,
+            "calls": entry.invocations / n,
+            "measured_calls": n,
+            "dtype": entry.dtype,
+            "input_shapes": entry.input_shapes,
+            "callers": dict(entry.callers),
+        }
+
+        flops: float | None = None
+        if entry.flops > 0:
+            flops = entry.flops / n
+            extra["flops_source"] = "torch.profiler with_flops"
+        elif attribute_facts and entry.name == main:
+            flops = float(facts.flops)  # type: ignore[arg-type]
+            extra["flops_source"] = "WorkloadFacts.flops (main compute op)"
+        extra["flops"] = flops
+
+        estimated: list[str] = []
+        dtype = entry.dtype or facts.dtype
+        peak = peaks.flops_for(dtype)
+        if flops is not None and dur_us > 0:
+            if peak:
+                metrics["sm_pct"] = flops / (dur_us * 1e-6) / peak * 100.0
+                estimated.append("sm_pct")
+            else:
+                extra["sm_pct_note"] = f"no measured CPU peak for dtype {dtype!r}"
+
+        read, written = entry.read_bytes / n, entry.write_bytes / n
+        if read + written == 0 and entry.name == main and facts.min_bytes:
+            read, written = float(facts.min_bytes), 0.0
+            entry.bytes_notes.add("shapes gave no bytes: WorkloadFacts.min_bytes used as read bytes")
+        metrics["dram_read_mb"] = read / 1e6
+        metrics["dram_write_mb"] = written / 1e6
+        estimated += ["dram_read_mb", "dram_write_mb"]
+        if dur_us > 0:
+            metrics["dram_pct"] = (read + written) / (dur_us * 1e-6) / peaks.mem_bw_bytes_per_s * 100.0
+            estimated.append("dram_pct")
+        if peaks.llc_bytes and read + written <= peaks.llc_bytes:
+            entry.bytes_notes.add(
+                "bytes fit in the last-level cache: dram_pct overstates DRAM traffic"
+            )
+        extra["bytes_read"] = read
+        extra["bytes_written"] = written
+        if entry.bytes_notes:
+            extra["bytes_note"] = "; ".join(sorted(entry.bytes_notes))
+        extra["estimated_fields"] = [f for f in ESTIMATED_FIELDS_ALL if f in estimated]
+        return Kernel(name=entry.name, metrics=metrics, extra=extra)

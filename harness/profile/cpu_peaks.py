@@ -1,0 +1,347 @@
+"""This CPU's practical peaks, measured once per machine and cached as JSON.
+
+The CPU backend's roofline estimates (sm_pct, dram_pct) divide by these numbers, so they are
+measured on the machine itself, with the thread count torch will use, rather than taken from a
+datasheet:
+
+- FLOP/s per dtype (float32, bfloat16, float16 where torch supports it): `torch.mm` of square
+  matrices. The size starts at 256 and doubles until one product takes >= 20 ms (or n = 2048),
+  then the product is repeated within the dtype's share of the time budget; the peak is
+  2*n**3 / the fastest repeat.
+- Memory bandwidth: `dst.copy_(src)` of a byte buffer of max(4 x last-level cache, 128 MiB)
+  (at most 1 GiB); bytes = read + written (2 x buffer, the STREAM convention: write-allocate
+  traffic is not counted), peak = bytes / the fastest repeat. With few cores this is the bandwidth
+  those cores can pull, which is what the roofline of work on them needs.
+
+Cache: `$HARNESS_CACHE_DIR` or `~/.cache/harness/`, one file per key (CPU model name, logical
+core count, torch version, torch.get_num_threads()). A cache file that cannot be read or does not
+hold valid peaks for this key is re-measured with a warning; a cache that cannot be written is
+warned about; neither is fatal.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+import platform
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA = 1
+MATMUL_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+_MIN_BW_BUFFER = 128 * 2**20
+_MAX_BW_BUFFER = 2**30
+_MATMUL_N_START = 256
+_MATMUL_N_MAX = 2048
+_MATMUL_TARGET_S = 0.02
+
+_memo: dict[str, "CpuPeaks"] = {}
+
+
+@dataclass
+class CpuPeaks:
+    flops_per_s: dict[str, float]  # dtype name -> FLOP/s
+    mem_bw_bytes_per_s: float  # read + written bytes per second
+    sources: dict[str, str]  # dtype name or "mem_bw" -> how the number was obtained
+    cpu_model: str
+    logical_cores: int
+    torch_version: str
+    torch_threads: int
+    llc_bytes: int | None = None  # last-level cache size, if the OS says
+    measured_at: str = ""
+    unsupported: dict[str, str] = field(default_factory=dict)  # dtype -> why no peak
+
+    def flops_for(self, dtype: str) -> float | None:
+        value = self.flops_per_s.get(dtype)
+        return float(value) if value else None
+
+    def key(self) -> dict[str, Any]:
+        return {
+            "cpu_model": self.cpu_model,
+            "logical_cores": self.logical_cores,
+            "torch_version": self.torch_version,
+            "torch_threads": self.torch_threads,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["kind"] = "cpu"
+        return out
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> "CpuPeaks":
+        """Validate and rebuild; ValueError on anything that is not a sound set of peaks."""
+        if not isinstance(obj, dict):
+            raise ValueError("peaks must be an object")
+        flops = obj.get("flops_per_s")
+        if not isinstance(flops, dict) or not flops:
+            raise ValueError("flops_per_s missing or empty")
+        for name, value in flops.items():
+            if not _positive(value):
+                raise ValueError(f"flops_per_s[{name!r}] is not a positive number")
+        if not _positive(obj.get("mem_bw_bytes_per_s")):
+            raise ValueError("mem_bw_bytes_per_s is not a positive number")
+        for name in ("cpu_model", "torch_version"):
+            if not isinstance(obj.get(name), str):
+                raise ValueError(f"{name} is not a string")
+        for name in ("logical_cores", "torch_threads"):
+            if not isinstance(obj.get(name), int) or isinstance(obj.get(name), bool):
+                raise ValueError(f"{name} is not an integer")
+        sources = obj.get("sources", {})
+        unsupported = obj.get("unsupported", {})
+        if not isinstance(sources, dict) or not isinstance(unsupported, dict):
+            raise ValueError("sources/unsupported must be objects")
+        llc = obj.get("llc_bytes")
+        return cls(
+            flops_per_s={str(k): float(v) for k, v in flops.items()},
+            mem_bw_bytes_per_s=float(obj["mem_bw_bytes_per_s"]),
+            sources={str(k): str(v) for k, v in sources.items()},
+            cpu_model=obj["cpu_model"],
+            logical_cores=obj["logical_cores"],
+            torch_version=obj["torch_version"],
+            torch_threads=obj["torch_threads"],
+            llc_bytes=int(llc) if isinstance(llc, int) and not isinstance(llc, bool) else None,
+            measured_at=str(obj.get("measured_at", "")),
+            unsupported={str(k): str(v) for k, v in unsupported.items()},
+        )
+
+
+def _positive(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Machine identity
+
+
+def cpu_model_name() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.lower().startswith(("model name", "hardware", "cpu model")) and ":" in line:
+                    name = line.split(":", 1)[1].strip()
+                    if name:
+                        return name
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown-cpu"
+
+
+def last_level_cache_bytes() -> int | None:
+    """Size of the largest CPU cache the OS reports (sysfs), or None."""
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    best: int | None = None
+    try:
+        entries = list(base.glob("index*"))
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            text = (entry / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        factor = 1
+        if text.endswith("K"):
+            factor, text = 1024, text[:-1]
+        elif text.endswith("M"):
+            factor, text = 1024**2, text[:-1]
+        elif text.endswith("G"):
+            factor, text = 1024**3, text[:-1]
+        try:
+            size = int(text) * factor
+        except ValueError:
+            continue
+        best = size if best is None else max(best, size)
+    return best
+
+
+def machine_key() -> dict[str, Any]:
+    import torch
+
+    return {
+        "cpu_model": cpu_model_name(),
+        "logical_cores": os.cpu_count() or 1,
+        "torch_version": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("HARNESS_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "harness"
+
+
+def cache_path(key: dict[str, Any] | None = None) -> Path:
+    key = key if key is not None else machine_key()
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir() / f"cpu_peaks-{digest}.json"
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurement
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _best_time(op, budget_s: float, max_reps: int = 20) -> tuple[float, int]:
+    """Fastest of repeated `op()` calls within `budget_s` (at least 2 calls)."""
+    best = math.inf
+    reps = 0
+    deadline = time.perf_counter() + budget_s
+    while reps < max_reps:
+        t0 = time.perf_counter()
+        op()
+        dt = time.perf_counter() - t0
+        best = min(best, dt)
+        reps += 1
+        if reps >= 2 and time.perf_counter() >= deadline:
+            break
+    return best, reps
+
+
+def _measure_matmul(dtype_name: str, budget_s: float) -> tuple[float, str]:
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    n = _MATMUL_N_START
+    while True:
+        a = torch.randn(n, n).to(dtype)
+        b = torch.randn(n, n).to(dtype)
+        c = torch.empty(n, n, dtype=dtype)
+        torch.mm(a, b, out=c)  # warm-up; raises if the dtype is unsupported
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=c)
+        single = time.perf_counter() - t0
+        if single >= _MATMUL_TARGET_S or n >= _MATMUL_N_MAX:
+            break
+        n *= 2
+    best, reps = _best_time(lambda: torch.mm(a, b, out=c), budget_s)
+    rate = 2.0 * n**3 / best
+    return rate, f"measured {_now()}, torch.mm {dtype_name} n={n}, best of {reps}"
+
+
+def _measure_bandwidth(budget_s: float, llc: int | None) -> tuple[float, str]:
+    import torch
+
+    size = max(4 * (llc or 0), _MIN_BW_BUFFER)
+    size = min(size, _MAX_BW_BUFFER)
+    src = torch.ones(size, dtype=torch.uint8)
+    dst = torch.zeros(size, dtype=torch.uint8)
+    dst.copy_(src)  # fault in the pages
+    best, reps = _best_time(lambda: dst.copy_(src), budget_s)
+    del src, dst
+    rate = 2.0 * size / best
+    return rate, (
+        f"measured {_now()}, copy_ of a {size / 2**20:.0f} MiB buffer "
+        f"(bytes = read + written), best of {reps}"
+    )
+
+
+def measure_cpu_peaks(*, budget_s: float = 3.0) -> CpuPeaks:
+    """Measure now (no cache): about `budget_s` seconds in all, spread over dtypes and bandwidth."""
+    import torch
+
+    key = machine_key()
+    llc = last_level_cache_bytes()
+    share = budget_s / (len(MATMUL_DTYPES) + 1)
+    flops: dict[str, float] = {}
+    sources: dict[str, str] = {}
+    unsupported: dict[str, str] = {}
+    for name in MATMUL_DTYPES:
+        if not hasattr(torch, name):
+            unsupported[name] = "torch has no such dtype"
+            continue
+        try:
+            rate, source = _measure_matmul(name, share)
+        except (RuntimeError, TypeError, NotImplementedError) as exc:
+            unsupported[name] = f"torch.mm failed: {str(exc).splitlines()[0][:200]}"
+            continue
+        flops[name] = rate
+        sources[name] = source
+    if not flops:
+        raise RuntimeError(f"no matmul dtype could be measured on this CPU: {unsupported}")
+    bw, source = _measure_bandwidth(share, llc)
+    sources["mem_bw"] = source
+    return CpuPeaks(
+        flops_per_s=flops,
+        mem_bw_bytes_per_s=bw,
+        sources=sources,
+        llc_bytes=llc,
+        measured_at=_now(),
+        unsupported=unsupported,
+        **key,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Cache
+
+
+def _read_cache(path: Path, key: dict[str, Any]) -> CpuPeaks | None:
+    """Peaks from `path`; None if absent; warns and returns None if the file is unusable."""
+    if not path.exists():
+        return None
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(obj, dict) or obj.get("schema") != SCHEMA:
+            raise ValueError(f"unknown cache schema {obj.get('schema') if isinstance(obj, dict) else None!r}")
+        peaks = CpuPeaks.from_dict(obj.get("peaks"))
+        if peaks.key() != key:
+            raise ValueError("cache file is for a different machine key")
+        return peaks
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError, TypeError, KeyError) as exc:
+        warnings.warn(
+            f"CPU peak cache {path} is unusable ({exc}); measuring the peaks again",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+
+
+def _write_cache(path: Path, peaks: CpuPeaks) -> None:
+    from harness.cards.model import write_json_atomic
+
+    try:
+        write_json_atomic(path, {"schema": SCHEMA, "key": peaks.key(), "peaks": peaks.as_dict()})
+    except OSError as exc:
+        warnings.warn(f"could not write the CPU peak cache {path} ({exc})", RuntimeWarning, stacklevel=3)
+
+
+def get_cpu_peaks(refresh: bool = False) -> CpuPeaks:
+    """This machine's peaks: from this process's memo, else the cache file, else measured and cached.
+
+    `refresh=True` measures again and overwrites the cache.
+    """
+    key = machine_key()
+    path = cache_path(key)
+    memo_key = str(path)
+    if not refresh:
+        if memo_key in _memo:
+            return _memo[memo_key]
+        cached = _read_cache(path, key)
+        if cached is not None:
+            _memo[memo_key] = cached
+            return cached
+    peaks = measure_cpu_peaks()
+    _write_cache(path, peaks)
+    _memo[memo_key] = peaks
+    return peaks
+
+
+def reset_memo() -> None:
+    """Forget the peaks held in this process (the cache file is left alone)."""
+    _memo.clear()

@@ -1,0 +1,255 @@
+"""Parse ncu's CSV text (raw page or details page) into per-kernel records, and read report fields.
+
+Both pages may sit inside other text: ncu's `==PROF==`/`==WARNING==`/`==ERROR==` lines and the
+profiled program's own output. ncu quotes every CSV field, so a table line starts with `"`; the
+table starts at the header line whose first field is "ID".
+
+- raw page (`--csv --page raw`): one row per kernel, metric names as columns, a units row second,
+  instanced values joined by "; ".
+- details page (`--csv`, the default page): one row per kernel and metric, with "Section Name",
+  "Metric Name" (a display label such as "Duration"), "Metric Unit" and "Metric Value".
+
+Values keep ncu's text until a field is read: thousands separators are removed from numbers, and
+anything that is not a single number (instanced values, "n/a", enum names) stays a string.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from harness.cards.fields import METRIC_UNITS
+from harness.profile.ncu.metrics import CACHE_BYTES_METRICS, FIELD_SOURCES, STALL_METRIC
+from harness.profile.ncu.units import to_report_unit
+
+RAW = "raw"
+DETAILS = "details"
+REPORT = "report"  # a binary .ncu-rep read through the ncu_report module
+
+DEFAULT_NVTX_DOMAIN = "<default domain>"
+_NVTX_RANGE_FIELD = "Push/Pop_Range"
+_DETAILS_COLUMNS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
+_MISSING = frozenset({"", "n/a"})
+_NUMBER = re.compile(r"^[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?$")
+
+Value = float | str
+
+
+class NcuParseError(ValueError):
+    """Text that is not an ncu CSV table, or a table this parser cannot read safely."""
+
+
+@dataclass(frozen=True)
+class NcuKernelRecord:
+    id: int
+    name: str
+    nvtx_range: str | None  # the push/pop range stack, outermost first, joined by "/"
+    values: dict[str, tuple[Value, str]]  # metric name (or details-page label) -> (value, ncu unit)
+    source_format: str  # RAW, DETAILS or REPORT
+    attributes: dict[str, str] = field(default_factory=dict)  # Process ID, Device, CC, ...
+
+    def value(self, *keys: str) -> tuple[str, Value, str] | None:
+        """The first of `keys` this kernel carries, with its value and unit."""
+        for key in keys:
+            if key in self.values:
+                value, unit = self.values[key]
+                return key, value, unit
+        return None
+
+
+def nvtx_path(ranges: Iterable[tuple[str, str]]) -> str | None:
+    """Join (domain, range) pairs, outermost first, as "outer/inner"; other domains as "domain@range"."""
+    names = [rng if domain == DEFAULT_NVTX_DOMAIN else f"{domain}@{rng}" for domain, rng in ranges]
+    return "/".join(names) if names else None
+
+
+def parse_value(cell: str) -> Value:
+    """A number (thousands separators removed) when the cell holds exactly one, else the text."""
+    text = cell.strip()
+    if _NUMBER.match(text):
+        return float(text.replace(",", ""))
+    return text
+
+
+def detect_format(text: str) -> str:
+    """RAW or DETAILS, from the header of the first ncu CSV table in `text`."""
+    header, _ = _table(text)
+    return DETAILS if all(column in header for column in _DETAILS_COLUMNS) else RAW
+
+
+def parse_text(text: str) -> list[NcuKernelRecord]:
+    """Every kernel of the first ncu CSV table in `text` (either page), in ncu's order."""
+    header, rows = _table(text)
+    if all(column in header for column in _DETAILS_COLUMNS):
+        return _parse_details(header, rows)
+    return _parse_raw(header, rows)
+
+
+def report_metrics(record: NcuKernelRecord) -> dict[str, float | None]:
+    """The report's metric fields in report units; a field this kernel does not carry is None."""
+    out: dict[str, float | None] = {}
+    for name, source in FIELD_SOURCES.items():
+        keys = (source.metric, *source.fallbacks) + ((source.display,) if source.display else ())
+        out[name] = _read(record, record.value(*keys), METRIC_UNITS[name])
+    return out
+
+
+def counter_metrics(record: NcuKernelRecord) -> dict[str, float]:
+    """What the unresolved counter-experiment reads, when collected: "stall_<reason>" (warps stalled
+    per issue-active cycle, see metrics.STALL_METRIC) and "l1tex_mb"/"lts_mb" (bytes, in MB)."""
+    out: dict[str, float] = {}
+    for key in record.values:
+        match = STALL_METRIC.match(key)
+        if match:
+            stall = _read(record, record.value(key), "ratio")
+            if stall is not None:
+                out[f"stall_{match.group('reason')}"] = stall
+    for name, metric in CACHE_BYTES_METRICS.items():
+        moved = _read(record, record.value(metric), "MB")
+        if moved is not None:
+            out[name] = moved
+    return out
+
+
+def _read(record: NcuKernelRecord, found: tuple[str, Value, str] | None, target: str) -> float | None:
+    if found is None:
+        return None
+    key, value, unit = found
+    what = f"kernel {record.id} ({record.name[:80]}) {key}"
+    if isinstance(value, str):
+        if value.strip().lower() in _MISSING:
+            return None
+        raise NcuParseError(f"{what}: value {value!r} is not a single number")
+    return to_report_unit(value, unit, target, what)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+
+
+def _table(text: str) -> tuple[list[str], list[list[str]]]:
+    lines = text.lstrip("\ufeff").splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID",')), None)
+    if start is None:
+        raise NcuParseError("no ncu CSV table (no header line starting with \"ID\")")
+    # Quoted lines only: the program's output and ncu's ==PROF== lines may follow the table too.
+    rows = list(csv.reader(line for line in lines[start:] if line.startswith('"')))
+    header = rows[0]
+    if len(set(header)) != len(header):
+        raise NcuParseError("the ncu CSV header names a column twice")
+    # Several processes may each print the header again; keep one.
+    return header, [row for row in rows[1:] if row != header]
+
+
+def _column(header: list[str], name: str) -> int:
+    try:
+        return header.index(name)
+    except ValueError:
+        raise NcuParseError(f"the ncu CSV table has no {name!r} column") from None
+
+
+def _kernel_id(cell: str, line: int) -> int:
+    try:
+        return int(cell)
+    except ValueError:
+        raise NcuParseError(f"table row {line}: ID {cell!r} is not a kernel number") from None
+
+
+def _nvtx_columns(header: list[str]) -> list[int]:
+    return [i for i, name in enumerate(header) if _NVTX_RANGE_FIELD in name]
+
+
+def _nvtx_range(header_name: str, cell: str) -> str | None:
+    """The range stack of one NVTX column cell, e.g. `4242  "<default domain>:step:none:..."`.
+
+    The header spells the layout of each quoted entry ("thread Domain:Push/Pop_Range:PL_Type:
+    ...:Msg"); the fields after the range name are split off from the right, so a range name may
+    itself contain ":".
+    """
+    layout = header_name.split(" ", 1)[-1].split(":")
+    trailing = len(layout) - layout.index(_NVTX_RANGE_FIELD) - 1
+    ranges: list[tuple[str, str]] = []
+    for entry in re.findall(r'"([^"]*)"', cell):
+        head = entry.rsplit(":", trailing)[0] if trailing else entry
+        domain, sep, rng = head.partition(":")
+        if not sep or not rng:
+            raise NcuParseError(f"NVTX entry {entry!r} does not match the column layout {header_name!r}")
+        ranges.append((domain, rng))
+    return nvtx_path(ranges)
+
+
+def _record_nvtx(header: list[str], row: list[str], columns: list[int]) -> str | None:
+    paths = [path for i in columns if (path := _nvtx_range(header[i], row[i])) is not None]
+    return ";".join(paths) if paths else None
+
+
+def _parse_raw(header: list[str], rows: list[list[str]]) -> list[NcuKernelRecord]:
+    if not rows or rows[0][:1] != [""]:
+        raise NcuParseError("raw-page table without its units row (second row, empty ID)")
+    units, data = rows[0], [row for row in rows[1:] if row != rows[0]]
+    if len(units) != len(header):
+        raise NcuParseError(f"the units row has {len(units)} fields, the header {len(header)}")
+    id_col, name_col = _column(header, "ID"), _column(header, "Kernel Name")
+    nvtx_cols = _nvtx_columns(header)
+    identity = {id_col, name_col, *nvtx_cols}
+    records = []
+    for line, row in enumerate(data, start=3):
+        if len(row) != len(header):
+            raise NcuParseError(f"table row {line} has {len(row)} fields, the header {len(header)}")
+        values: dict[str, tuple[Value, str]] = {}
+        attributes: dict[str, str] = {}
+        for i, (name, cell) in enumerate(zip(header, row)):
+            if i in identity:
+                continue
+            if "__" in name:  # ncu metric names are unit__counter...; other columns describe the launch
+                values[name] = (parse_value(cell), units[i].strip())
+            else:
+                attributes[name] = cell
+        records.append(
+            NcuKernelRecord(
+                id=_kernel_id(row[id_col], line),
+                name=row[name_col],
+                nvtx_range=_record_nvtx(header, row, nvtx_cols),
+                values=values,
+                source_format=RAW,
+                attributes=attributes,
+            )
+        )
+    return records
+
+
+def _parse_details(header: list[str], rows: list[list[str]]) -> list[NcuKernelRecord]:
+    id_col, name_col = _column(header, "ID"), _column(header, "Kernel Name")
+    section_col, metric_col, unit_col, value_col = (_column(header, c) for c in _DETAILS_COLUMNS)
+    nvtx_cols = _nvtx_columns(header)
+    identity = {id_col, name_col, *nvtx_cols}
+    kernels: dict[int, NcuKernelRecord] = {}
+    for line, row in enumerate(rows, start=2):
+        if len(row) > len(header):
+            raise NcuParseError(f"table row {line} has {len(row)} fields, the header {len(header)}")
+        row = row + [""] * (len(header) - len(row))  # metric rows leave the rule columns off
+        kernel_id = _kernel_id(row[id_col], line)
+        record = kernels.get(kernel_id)
+        if record is None:
+            attributes = {header[i]: row[i] for i in range(section_col) if i not in identity}
+            record = NcuKernelRecord(
+                id=kernel_id,
+                name=row[name_col],
+                nvtx_range=_record_nvtx(header, row, nvtx_cols),
+                values={},
+                source_format=DETAILS,
+                attributes=attributes,
+            )
+            kernels[kernel_id] = record
+        elif record.name != row[name_col]:
+            raise NcuParseError(f"table row {line}: kernel {kernel_id} changes its name")
+        label = row[metric_col]
+        if not label:  # a rule's row: advice text, no value
+            continue
+        # The same label can appear in two sections ("Memory Throughput" in % and in byte/s);
+        # the first keeps the plain label, later ones are qualified by their section.
+        key = label if label not in record.values else f"{row[section_col]} / {label}"
+        record.values[key] = (parse_value(row[value_col]), row[unit_col].strip())
+    return list(kernels.values())

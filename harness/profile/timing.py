@@ -1,0 +1,193 @@
+"""Wall-clock timing of a callable on the CPU, and the noise rule that compares two timings.
+
+`TimingResult` is backend-neutral: the CUDA-event timer (harness.profile.cuda_timing) fills the same
+fields, adding `device_name` and `clock_mhz`. All durations are microseconds.
+
+Statistics (see `TimingResult.from_samples`):
+- median of the samples;
+- quartiles Q1, Q3 by linear interpolation between order statistics (Python's
+  `statistics.quantiles(..., method="inclusive")`, the same as numpy's default percentile);
+- `iqr_us` = Q3 - Q1, and `spread` = iqr_us / median_us, the *relative* interquartile range
+  (0.0 for a single sample or a zero median).
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Literal
+
+Verdict = Literal["FASTER", "SLOWER", "SAME"]
+
+DEFAULT_THRESHOLD = 0.05
+
+
+@dataclass
+class TimingResult:
+    median_us: float
+    min_us: float
+    max_us: float
+    iqr_us: float  # Q3 - Q1 of the samples
+    spread: float  # relative IQR: iqr_us / median_us
+    n: int  # number of measured samples (warm-ups excluded)
+    samples_us: list[float]
+    warmup: int  # calls made before the first measured sample
+    method: str  # how each sample was taken, e.g. "cpu_perf_counter", "cuda_event"
+    device_name: str | None = None
+    clock_mhz: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_samples(
+        cls,
+        samples_us: list[float],
+        *,
+        warmup: int,
+        method: str,
+        device_name: str | None = None,
+        clock_mhz: float | None = None,
+        notes: list[str] | None = None,
+    ) -> "TimingResult":
+        """Summarize per-call durations (microseconds); at least one finite, non-negative sample."""
+        samples = [float(s) for s in samples_us]
+        if not samples:
+            raise ValueError("a timing needs at least one sample")
+        if any(not math.isfinite(s) or s < 0 for s in samples):
+            raise ValueError("timing samples must be finite and non-negative")
+        median = statistics.median(samples)
+        if len(samples) >= 2:
+            q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+            iqr = max(0.0, q3 - q1)
+        else:
+            iqr = 0.0
+        spread = iqr / median if median > 0 else 0.0
+        return cls(
+            median_us=median,
+            min_us=min(samples),
+            max_us=max(samples),
+            iqr_us=iqr,
+            spread=spread,
+            n=len(samples),
+            samples_us=samples,
+            warmup=warmup,
+            method=method,
+            device_name=device_name,
+            clock_mhz=clock_mhz,
+            notes=list(notes or []),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, obj: dict[str, Any]) -> "TimingResult":
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in obj.items() if k in known})
+
+
+def time_cpu(
+    fn: Callable[[], Any],
+    *,
+    warmup: int = 2,
+    min_repeats: int = 5,
+    max_repeats: int = 1000,
+    budget_s: float = 1.0,
+    clock: Callable[[], int] = time.perf_counter_ns,
+    disable_gc: bool = True,
+    method: str = "cpu_perf_counter",
+) -> TimingResult:
+    """Time `fn()` by the wall clock: `warmup` unrecorded calls, then timed calls.
+
+    Timed calls continue until `budget_s` seconds of measuring have passed (warm-ups not counted),
+    but never fewer than `min_repeats` nor more than `max_repeats`. Each sample is the
+    `clock()` difference (integer nanoseconds) around one call. The garbage collector is paused
+    while timing unless `disable_gc` is False (as `timeit` does).
+    """
+    if min_repeats < 1:
+        raise ValueError("min_repeats must be at least 1")
+    if max_repeats < min_repeats:
+        raise ValueError("max_repeats must be >= min_repeats")
+    if warmup < 0 or budget_s < 0:
+        raise ValueError("warmup and budget_s must be non-negative")
+    for _ in range(warmup):
+        fn()
+    gc_was_enabled = gc.isenabled()
+    if disable_gc:
+        gc.disable()
+    samples_ns: list[int] = []
+    budget_ns = budget_s * 1e9
+    try:
+        start = clock()
+        while len(samples_ns) < max_repeats:
+            t0 = clock()
+            fn()
+            t1 = clock()
+            samples_ns.append(t1 - t0)
+            if len(samples_ns) >= min_repeats and t1 - start >= budget_ns:
+                break
+    finally:
+        if disable_gc and gc_was_enabled:
+            gc.enable()
+    return TimingResult.from_samples(
+        [ns / 1000.0 for ns in samples_ns], warmup=warmup, method=method
+    )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    verdict: Verdict
+    rel_diff: float  # (trial.median - baseline.median) / baseline.median; negative = trial faster
+    tolerance: float  # max(threshold, combined_spread)
+    threshold: float
+    combined_spread: float  # sqrt(baseline.spread**2 + trial.spread**2)
+
+    def describe(self) -> str:
+        return (
+            f"{self.verdict}: median {self.rel_diff:+.1%} vs baseline, "
+            f"noise band +/-{self.tolerance:.1%} (max of threshold {self.threshold:.1%} and "
+            f"combined relative IQR {self.combined_spread:.1%})"
+        )
+
+
+def compare_detail(
+    baseline: TimingResult, trial: TimingResult, threshold: float = DEFAULT_THRESHOLD
+) -> Comparison:
+    """Verdict of `trial` against `baseline`, with the numbers behind it.
+
+    Rule (in the style of nvbench's compare script, which calls a change SAME when the relative
+    difference is within the measured noise):
+
+        d   = (trial.median_us - baseline.median_us) / baseline.median_us
+        s   = sqrt(baseline.spread**2 + trial.spread**2)   # spreads are relative IQRs
+        tol = max(threshold, s)
+        SAME   if |d| <= tol   (the boundary itself is SAME)
+        FASTER if d < -tol
+        SLOWER if d > +tol
+
+    So a difference must exceed both the fixed threshold (default 5%) and the two timings'
+    relative interquartile ranges combined in quadrature before it counts.
+    """
+    if baseline.median_us <= 0 or not math.isfinite(baseline.median_us):
+        raise ValueError("baseline median must be a positive number of microseconds")
+    if not math.isfinite(trial.median_us) or trial.median_us < 0:
+        raise ValueError("trial median must be a finite, non-negative number of microseconds")
+    if threshold < 0:
+        raise ValueError("threshold must be non-negative")
+    d = (trial.median_us - baseline.median_us) / baseline.median_us
+    s = math.sqrt(baseline.spread**2 + trial.spread**2)
+    tol = max(threshold, s)
+    if abs(d) <= tol:
+        verdict: Verdict = "SAME"
+    elif d < 0:
+        verdict = "FASTER"
+    else:
+        verdict = "SLOWER"
+    return Comparison(verdict=verdict, rel_diff=d, tolerance=tol, threshold=threshold, combined_spread=s)
+
+
+def compare(baseline: TimingResult, trial: TimingResult, threshold: float = DEFAULT_THRESHOLD) -> Verdict:
+    """"FASTER", "SLOWER" or "SAME" for `trial` against `baseline`; the rule is `compare_detail`'s."""
+    return compare_detail(baseline, trial, threshold).verdict

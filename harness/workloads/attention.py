@@ -1,0 +1,224 @@
+"""Attention of a DiT chunk (FlashAttention 2/3 in the report), as torch SDPA on [B, heads, L, head_dim].
+
+Card shape parameters: `role` ("self" or "cross"), `valid_keys`, `allocated_keys`. The report stores them
+as a JSON string; the card model decodes it and `decode_parameters` accepts either form.
+
+Queries: the chunk's tokens, all of them on every rank (Ulysses splits heads, not queries, for
+attention): 3 latent frames x (H/16) x (W/16), i.e. 4680 at 480x832 and 10560 at 704x1280, for both
+self- and cross-attention. The report's FA3 DRAM bytes agree (output writes of 12 MB at 480x832 and
+27 MB at 704x1280 = queries x 10 heads x 128 x 2 bytes). Taken from, first found: shape parameter
+`queries`, `AttentionConfig.queries`, the resolution (shape parameter `resolution` or the card's).
+
+Keys: a KV cache of `allocated_keys` slots of which the first `valid_keys` are filled (cross-attention:
+512 text tokens, all valid). `inputs` holds q [B, H, Lq, D] and the whole cache k, v [B, H, allocated, D];
+the baseline attends to the valid prefix (`valid_prefix_attention`, a view, no copy), no causal mask
+inside the chunk. `masked_allocation_attention` is the other form: all allocated keys with a boolean
+mask that hides the unfilled slots. heads and head_dim come from `AttentionConfig` (10 x 128: 40 heads
+over 4 Ulysses ranks).
+
+FLOPs: 4 * B * heads * Lq * valid_keys * head_dim (QK^T and PV). Minimum bytes: q, the valid k and v,
+and the output, once each.
+
+Scaling shrinks Lq and the allocation (never below 16), and keeps valid/allocated as the card has it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from harness.workloads.base import (
+    Plan,
+    WorkloadError,
+    element_size,
+    parse_resolution,
+    positive_int,
+    require,
+    scale_dim,
+)
+from harness.workloads.inputs import Source
+
+KIND = "attention"
+FLOOR = 16
+ROLES = ("self", "cross")
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    heads: int = 10  # per rank: 40 heads / 4 Ulysses ranks
+    head_dim: int = 128
+    queries: int | None = None  # overrides the count derived from the resolution
+    batch: int = 1
+    frames_per_chunk: int = 3  # latent frames per chunk
+    pixels_per_token: int = 16  # VAE stride 8 x patch 2
+
+
+def queries_for_resolution(resolution: Any, config: AttentionConfig = AttentionConfig()) -> int | None:
+    """Tokens of one chunk at a pixel resolution: 480x832 -> 4680, 704x1280 -> 10560."""
+    parsed = parse_resolution(resolution)
+    if parsed is None:
+        return None
+    height, width = parsed
+    step = config.pixels_per_token
+    if height % step or width % step:
+        raise WorkloadError(f"{KIND}: resolution {height}x{width} is not a multiple of {step} pixels per token")
+    return config.frames_per_chunk * (height // step) * (width // step)
+
+
+def allocation_mask(allocated_keys: int, valid_keys: int, device: Any = "cpu") -> torch.Tensor:
+    """Boolean key mask [1, 1, 1, allocated]: True for the filled prefix (True = takes part, as SDPA reads it)."""
+    mask = torch.zeros(allocated_keys, dtype=torch.bool, device=device)
+    mask[:valid_keys] = True
+    return mask.view(1, 1, 1, allocated_keys)
+
+
+def valid_prefix_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid_keys: int) -> torch.Tensor:
+    """SDPA over the first `valid_keys` slots of the cache (the slice is a view)."""
+    return F.scaled_dot_product_attention(q, k[:, :, :valid_keys], v[:, :, :valid_keys])
+
+
+def masked_allocation_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid_keys: int, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """SDPA over every allocated slot, with the unfilled ones masked out (pass `mask` to reuse one)."""
+    if mask is None:
+        mask = allocation_mask(k.shape[2], valid_keys, q.device)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def reference_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid_keys: int, block_bytes: int = 1 << 28
+) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D)) v over the valid prefix in float64, a block of queries at a time."""
+    kd = k[:, :, :valid_keys].double()
+    vd = v[:, :, :valid_keys].double()
+    batch, heads, lq, dim = q.shape
+    rows = max(1, block_bytes // max(1, batch * heads * valid_keys * 8))
+    scale = 1.0 / math.sqrt(dim)
+    out = torch.empty((batch, heads, lq, dim), dtype=torch.float64, device=q.device)
+    for start in range(0, lq, rows):
+        qd = q[:, :, start : start + rows].double()
+        scores = torch.matmul(qd, kd.transpose(-1, -2)).mul_(scale)
+        out[:, :, start : start + rows] = torch.matmul(torch.softmax(scores, dim=-1), vd)
+    return out
+
+
+def plan(
+    params: dict[str, Any],
+    *,
+    dtype: torch.dtype,
+    scale: float,
+    config: AttentionConfig,
+    resolution: Any = None,
+) -> Plan:
+    role = require(KIND, params, "role")
+    if role not in ROLES:
+        raise WorkloadError(f"{KIND}: role must be one of {', '.join(ROLES)}, got {role!r}")
+    valid = positive_int(KIND, "valid_keys", require(KIND, params, "valid_keys"))
+    allocated = positive_int(KIND, "allocated_keys", params.get("allocated_keys", valid))
+    if valid > allocated:
+        raise WorkloadError(f"{KIND}: valid_keys {valid} exceeds allocated_keys {allocated}")
+    heads = positive_int(KIND, "heads", params.get("heads", config.heads))
+    head_dim = positive_int(KIND, "head_dim", params.get("head_dim", config.head_dim))
+    batch = positive_int(KIND, "batch", params.get("batch", config.batch))
+
+    notes: list[str] = []
+    if params.get("queries") is not None:
+        queries = positive_int(KIND, "queries", params["queries"])
+        origin = "shape_parameters"
+    elif config.queries is not None:
+        queries = positive_int(KIND, "queries", config.queries)
+        origin = "AttentionConfig.queries"
+    else:
+        res = params.get("resolution", resolution)
+        derived = queries_for_resolution(res, config) if res is not None else None
+        if derived is None:
+            raise WorkloadError(
+                f"{KIND}: cannot tell the number of queries: give shape_parameters 'queries', a resolution "
+                "(e.g. '480x832'), or AttentionConfig(queries=...)"
+            )
+        queries = derived
+        origin = f"resolution {res}"
+    notes.append(f"queries={queries} from {origin}; heads={heads}, head_dim={head_dim}")
+
+    queries_s = scale_dim(queries, scale, FLOOR)
+    allocated_s = scale_dim(allocated, scale, FLOOR)
+    if allocated_s == allocated:
+        valid_s = valid
+    else:
+        valid_s = max(1, min(allocated_s, int(round(valid * allocated_s / allocated))))
+
+    def shape(lq: int, lv: int, la: int) -> dict[str, Any]:
+        return {
+            "role": role,
+            "batch": batch,
+            "heads": heads,
+            "head_dim": head_dim,
+            "queries": lq,
+            "valid_keys": lv,
+            "allocated_keys": la,
+        }
+
+    per_token = batch * heads * head_dim
+    return Plan(
+        op_kind=KIND,
+        shape=shape(queries_s, valid_s, allocated_s),
+        original_shape=shape(queries, valid, allocated),
+        scale=scale,
+        dtype=dtype,
+        output_shape=(batch, heads, queries_s, head_dim),
+        flops=4.0 * per_token * queries_s * valid_s,
+        min_bytes=float((2 * queries_s + 2 * valid_s) * per_token * element_size(dtype)),
+        notes=tuple(notes),
+    )
+
+
+def _bhld(batch: int, heads: int, length: int, dim: int):
+    def adapt(tensor: torch.Tensor) -> torch.Tensor:
+        # flash-attn keeps [B, L, H, D]; SDPA wants [B, H, L, D].
+        if tuple(tensor.shape) == (batch, length, heads, dim) and length != heads:
+            return tensor.transpose(1, 2)
+        return tensor
+
+    return adapt
+
+
+def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
+    if layout not in (None, "contiguous"):
+        raise WorkloadError(f"{KIND}: layout {layout!r} does not apply (only contiguous)")
+    o, s, dtype = plan_.original_shape, plan_.shape, plan_.dtype
+    b, h, d = s["batch"], s["heads"], s["head_dim"]
+    q = source.take(
+        "q",
+        (b, h, o["queries"], d),
+        (b, h, s["queries"], d),
+        dtype,
+        aliases=("query",),
+        primary=True,
+        adapt=_bhld(b, h, o["queries"], d),
+    )
+    cache = {}
+    for name, alias in (("k", "key"), ("v", "value")):
+        cache[name] = source.take(
+            name,
+            (b, h, o["allocated_keys"], d),
+            (b, h, s["allocated_keys"], d),
+            dtype,
+            aliases=(alias, f"{name}_cache"),
+            adapt=_bhld(b, h, o["allocated_keys"], d),
+        ).contiguous()
+    q = q.contiguous()
+    k, v = cache["k"], cache["v"]
+    valid = s["valid_keys"]
+
+    def run() -> torch.Tensor:
+        return valid_prefix_attention(q, k, v, valid)
+
+    def reference() -> torch.Tensor:
+        return reference_attention(q, k, v, valid)
+
+    return {"inputs": {"q": q, "k": k, "v": v}, "run": run, "reference": reference}

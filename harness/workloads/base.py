@@ -1,0 +1,249 @@
+"""The Workload: one card's op at one (possibly scaled) shape, with its inputs and baseline callable.
+
+A workload is built in two steps. `plan` is pure arithmetic on the card's shape parameters: the scaled
+shape, the output shape, the FLOPs and the minimum bytes (no tensors, so it is cheap at full scale and
+is what the roofline of the unscaled card should use). `build` then materializes the inputs (captured or
+seeded synthetic) on a device, in a dtype and layout, and closes the baseline op over them.
+
+Every failure to build a card is a `WorkloadError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+LAYOUTS = ("contiguous", "channels_last_3d")
+
+_DTYPE_ALIASES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "tf32": torch.float32,  # TF32 is a math mode of float32 tensors, not a storage dtype
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float64": torch.float64,
+    "fp64": torch.float64,
+    "double": torch.float64,
+    "uint8": torch.uint8,
+    "int8": torch.int8,
+    "int32": torch.int32,
+    "int64": torch.int64,
+}
+
+
+class WorkloadError(ValueError):
+    """A card that cannot be turned into a workload; the message is one line saying why."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """`torch.bfloat16` -> "bfloat16"."""
+    return str(dtype).replace("torch.", "")
+
+
+def parse_dtype(value: str | torch.dtype, what: str = "dtype") -> torch.dtype:
+    if isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, str):
+        key = value.strip().lower().replace("torch.", "")
+        if key in _DTYPE_ALIASES:
+            return _DTYPE_ALIASES[key]
+    known = ", ".join(sorted({dtype_name(d) for d in _DTYPE_ALIASES.values()}))
+    raise WorkloadError(f"unknown {what} {value!r}; known: {known}")
+
+
+def element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def parse_layout(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if value == "channels_last":
+        value = "channels_last_3d"
+    if value not in LAYOUTS:
+        raise WorkloadError(f"unknown layout {value!r}; known: {', '.join(LAYOUTS)} (or None)")
+    return value
+
+
+def parse_device(value: str | torch.device) -> str:
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError):
+        raise WorkloadError(f"not a torch device: {value!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise WorkloadError(f"device {str(device)!r} is not available here (torch.cuda.is_available() is False)")
+    return str(device)
+
+
+def parse_scale(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise WorkloadError(f"scale must be a number in (0, 1], got {value!r}")
+    scale = float(value)
+    if not (math.isfinite(scale) and 0.0 < scale <= 1.0):
+        raise WorkloadError(f"scale must be in (0, 1], got {value!r}")
+    return scale
+
+
+def scale_dim(n: int, scale: float, floor: int) -> int:
+    """Shrink a dimension by `scale`, leaving dimensions at or below `floor` alone and never going below it.
+
+    Small dimensions are what makes a shape distinctive (M=3 rows, N=64 outputs, a 26-wide slice), so
+    only the large ones shrink.
+    """
+    if scale >= 1.0 or n <= floor:
+        return n
+    return max(floor, int(round(n * scale)))
+
+
+def decode_parameters(op_kind: str, shape_parameters: Any) -> dict[str, Any]:
+    """Shape parameters as a dict; a JSON-encoded string (as the attention cards store them) is decoded."""
+    if isinstance(shape_parameters, str):
+        try:
+            shape_parameters = json.loads(shape_parameters)
+        except json.JSONDecodeError as exc:
+            raise WorkloadError(f"{op_kind}: shape_parameters is a string but not JSON ({exc.msg})") from None
+    if shape_parameters is None:
+        shape_parameters = {}
+    if not isinstance(shape_parameters, dict):
+        raise WorkloadError(
+            f"{op_kind}: shape_parameters must be an object, got {type(shape_parameters).__name__}"
+        )
+    return shape_parameters
+
+
+def require(op_kind: str, params: dict[str, Any], key: str) -> Any:
+    if key not in params or params[key] is None:
+        have = ", ".join(sorted(params)) or "nothing"
+        raise WorkloadError(f"{op_kind}: shape_parameters lacks {key!r} (has: {have})")
+    return params[key]
+
+
+def positive_int(op_kind: str, key: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise WorkloadError(f"{op_kind}: {key} must be an integer, got {value!r}")
+    if int(value) < minimum:
+        raise WorkloadError(f"{op_kind}: {key} must be >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def int_list(op_kind: str, key: str, value: Any, length: int, minimum: int = 0) -> list[int]:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = [value] * length
+    if not isinstance(value, (list, tuple)) or len(value) != length:
+        raise WorkloadError(f"{op_kind}: {key} must be a list of {length} integers, got {value!r}")
+    return [positive_int(op_kind, f"{key}[{i}]", v, minimum) for i, v in enumerate(value)]
+
+
+def parse_resolution(value: Any) -> tuple[int, int] | None:
+    """"480x832" -> (480, 832); None or unparsable -> None."""
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        try:
+            return int(value[0]), int(value[1])
+        except (TypeError, ValueError):
+            return None
+    if not isinstance(value, str):
+        return None
+    parts = value.lower().replace("*", "x").split("x")
+    if len(parts) != 2:
+        return None
+    try:
+        height, width = int(parts[0]), int(parts[1])
+    except ValueError:
+        return None
+    return (height, width) if height > 0 and width > 0 else None
+
+
+def numel(shape: tuple[int, ...] | list[int]) -> int:
+    return math.prod(int(s) for s in shape)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A workload's arithmetic without tensors: what was asked, what will run, what it costs."""
+
+    op_kind: str
+    shape: dict[str, Any]  # the scaled shape actually used (JSON-able)
+    original_shape: dict[str, Any]  # the card's shape, normalized (JSON-able)
+    scale: float
+    dtype: torch.dtype  # the dtype of the op's inputs (a cast's source dtype)
+    output_shape: tuple[int, ...]
+    flops: float
+    min_bytes: float
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class Workload:
+    """One card's op, built and ready to time.
+
+    `run()` is the baseline op on `inputs`; experiments build variants from the same `inputs`.
+    `flops` and `min_bytes` are for the shape actually built (`shape`); `plan` of the same card at
+    scale 1 gives them for the card as profiled.
+    """
+
+    op_kind: str
+    shape: dict[str, Any]
+    original_shape: dict[str, Any]
+    scale: float
+    device: str
+    dtype: torch.dtype
+    layout: str | None
+    inputs: dict[str, torch.Tensor]
+    run: Callable[[], torch.Tensor]
+    flops: float
+    min_bytes: float
+    input_source: str
+    output_shape: tuple[int, ...] = ()
+    notes: list[str] = field(default_factory=list)
+    seed: int | None = None
+    input_hash: dict[str, Any] | None = None  # {"sha256", "path", "over": "file" | "tensor:<name>"}
+    _reference: Callable[[], torch.Tensor] | None = field(default=None, repr=False)
+
+    def reference(self) -> torch.Tensor:
+        """The baseline output recomputed in float64 (on the inputs' device) from the same inputs.
+
+        Float64 also keeps CUDA from using TF32, so a GPU reference is as exact as a CPU one. The
+        result stays float64: compare with `torch.testing.assert_close(out.double(), ref, ...)` at a
+        tolerance fit for the variant's dtype.
+        """
+        if self._reference is None:
+            raise WorkloadError(f"{self.op_kind}: this workload has no reference")
+        return self._reference()
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary for the card: shape, scale, dtype, layout, input source, FLOPs, bytes."""
+        out: dict[str, Any] = {
+            "op_kind": self.op_kind,
+            "shape": self.shape,
+            "original_shape": self.original_shape,
+            "scale": self.scale,
+            "output_shape": list(self.output_shape),
+            "device": self.device,
+            "dtype": dtype_name(self.dtype),
+            "layout": self.layout,
+            "input_source": self.input_source,
+            "flops": self.flops,
+            "min_bytes": self.min_bytes,
+            "notes": list(self.notes),
+        }
+        if self.seed is not None:
+            out["seed"] = self.seed
+        if self.input_hash is not None:
+            out["input_hash"] = dict(self.input_hash)
+        return out
+
+    def facts(self) -> Any:
+        """The roofline facts the profiler interface takes (harness.profile.base.WorkloadFacts)."""
+        from harness.profile.base import WorkloadFacts
+
+        return WorkloadFacts(
+            flops=self.flops, min_bytes=self.min_bytes, dtype=dtype_name(self.dtype), op_kind=self.op_kind
+        )

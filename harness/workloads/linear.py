@@ -1,0 +1,103 @@
+"""aten.linear: y = x @ W^T + b with x [M, K], W [N, K], b [N].
+
+Card shape parameters: M, N, K, and optionally `bias` (bool). Bias defaults to True: every linear kernel
+in the report is an nvjet GEMM with a bias epilogue (`..._bias_TNT` / `_bias_TNN`), and the Wan DiT
+linears are nn.Linear with bias. FLOPs are 2*M*N*K (the bias add is not counted), which is what the
+report's `nominal_mac_flops` holds for linear cards.
+
+Scaling shrinks M and N (dimensions of 64 or less are kept: M=3 and N=64 are what those cards are
+about); K, the reduction depth, is never scaled.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from harness.workloads.base import (
+    Plan,
+    WorkloadError,
+    element_size,
+    positive_int,
+    require,
+    scale_dim,
+)
+from harness.workloads.inputs import Source
+
+KIND = "linear"
+FLOOR = 64
+
+
+def _bias_flag(params: dict[str, Any]) -> tuple[bool, str | None]:
+    if "bias" not in params or params["bias"] is None:
+        return True, "bias assumed (report kernels use a bias epilogue; Wan linears have bias)"
+    value = params["bias"]
+    if isinstance(value, bool):
+        return value, None
+    if isinstance(value, (list, tuple)):  # a bias shape, e.g. [N]
+        return True, None
+    raise WorkloadError(f"{KIND}: bias must be true/false or a shape, got {value!r}")
+
+
+def plan(params: dict[str, Any], *, dtype: torch.dtype, scale: float) -> Plan:
+    m = positive_int(KIND, "M", require(KIND, params, "M"))
+    n = positive_int(KIND, "N", require(KIND, params, "N"))
+    k = positive_int(KIND, "K", require(KIND, params, "K"))
+    bias, note = _bias_flag(params)
+    ms, ns = scale_dim(m, scale, FLOOR), scale_dim(n, scale, FLOOR)
+    elements = ms * k + ns * k + (ns if bias else 0) + ms * ns
+    return Plan(
+        op_kind=KIND,
+        shape={"M": ms, "N": ns, "K": k, "bias": bias},
+        original_shape={"M": m, "N": n, "K": k, "bias": bias},
+        scale=scale,
+        dtype=dtype,
+        output_shape=(ms, ns),
+        flops=2.0 * ms * ns * k,
+        min_bytes=float(elements * element_size(dtype)),
+        notes=(note,) if note else (),
+    )
+
+
+def _as_matrix(m: int, k: int):
+    def adapt(tensor: torch.Tensor) -> torch.Tensor:
+        # A captured activation is often [B, L, K]; the GEMM sees it as [B*L, K].
+        if tensor.dim() >= 2 and tensor.shape[-1] == k and math.prod(tensor.shape[:-1]) in (m,):
+            return tensor.reshape(m, k)
+        return tensor
+
+    return adapt
+
+
+def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
+    if layout not in (None, "contiguous"):
+        raise WorkloadError(f"{KIND}: layout {layout!r} does not apply (only contiguous)")
+    o, s, dtype = plan_.original_shape, plan_.shape, plan_.dtype
+    k = s["K"]
+    x = source.take(
+        "x",
+        (o["M"], k),
+        (s["M"], k),
+        dtype,
+        aliases=("input", "hidden_states", "a"),
+        primary=True,
+        adapt=_as_matrix(o["M"], k),
+    )
+    std = 1.0 / math.sqrt(k)
+    weight = source.take("weight", (o["N"], k), (s["N"], k), dtype, aliases=("w",), std=std)
+    bias = source.take("bias", (o["N"],), (s["N"],), dtype, aliases=("b",), std=std) if s["bias"] else None
+
+    inputs = {"x": x, "weight": weight}
+    if bias is not None:
+        inputs["bias"] = bias
+
+    def run() -> torch.Tensor:
+        return F.linear(x, weight, bias)
+
+    def reference() -> torch.Tensor:
+        return F.linear(x.double(), weight.double(), None if bias is None else bias.double())
+
+    return {"inputs": inputs, "run": run, "reference": reference}
