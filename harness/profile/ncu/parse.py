@@ -32,6 +32,11 @@ DEFAULT_NVTX_DOMAIN = "<default domain>"
 _NVTX_RANGE_FIELD = "Push/Pop_Range"
 _DETAILS_COLUMNS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
 _MISSING = frozenset({"", "n/a"})
+# Columns that describe the launch rather than measure it (the raw page's other columns are metrics,
+# some without the "unit__counter" form in old ncu versions: "inst_executed").
+_LAUNCH_COLUMNS = frozenset(
+    {"Process ID", "Process Name", "Host Name", "Kernel Time", "Context", "Stream", "Block Size", "Grid Size", "Device", "CC"}
+)
 _NUMBER = re.compile(r"^[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?$")
 
 Value = float | str
@@ -203,10 +208,10 @@ def _parse_raw(header: list[str], rows: list[list[str]]) -> list[NcuKernelRecord
         for i, (name, cell) in enumerate(zip(header, row)):
             if i in identity:
                 continue
-            if "__" in name:  # ncu metric names are unit__counter...; other columns describe the launch
-                values[name] = (parse_value(cell), units[i].strip())
-            else:
+            if name in _LAUNCH_COLUMNS:
                 attributes[name] = cell
+            else:
+                values[name] = (parse_value(cell), units[i].strip())
         records.append(
             NcuKernelRecord(
                 id=_kernel_id(row[id_col], line),

@@ -1,0 +1,191 @@
+"""Build a workload from an op kind and a card's shape parameters, or from a card."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from harness.workloads import attention as _attention
+from harness.workloads import cast as _cast
+from harness.workloads import conv3d as _conv3d
+from harness.workloads import linear as _linear
+from harness.workloads.attention import AttentionConfig
+from harness.workloads.base import (
+    Plan,
+    Workload,
+    WorkloadError,
+    decode_parameters,
+    parse_device,
+    parse_dtype,
+    parse_layout,
+    parse_scale,
+)
+from harness.workloads.cast import CastConfig
+from harness.workloads.inputs import Source, check_seed, find_and_load
+
+OP_KINDS = ("linear", "conv3d", "attention", "cast")
+_MODULES = {"linear": _linear, "conv3d": _conv3d, "attention": _attention, "cast": _cast}
+
+
+def plan_workload(
+    op_kind: str,
+    shape_parameters: Any,
+    *,
+    dtype: str | torch.dtype = "float32",
+    scale: float = 1.0,
+    attention: AttentionConfig = AttentionConfig(),
+    cast: CastConfig = CastConfig(),
+    resolution: str | None = None,
+) -> Plan:
+    """The shape, output shape, FLOPs and minimum bytes of a card's op at `scale`, without tensors."""
+    if op_kind not in _MODULES:
+        raise WorkloadError(f"unknown op kind {op_kind!r}; known: {', '.join(OP_KINDS)}")
+    params = decode_parameters(op_kind, shape_parameters)
+    torch_dtype = parse_dtype(dtype)
+    factor = parse_scale(scale)
+    if op_kind == "attention":
+        return _attention.plan(params, dtype=torch_dtype, scale=factor, config=attention, resolution=resolution)
+    if op_kind == "cast":
+        return _cast.plan(params, dtype=torch_dtype, scale=factor, config=cast, resolution=resolution)
+    return _MODULES[op_kind].plan(params, dtype=torch_dtype, scale=factor)
+
+
+def build_workload(
+    op_kind: str,
+    shape_parameters: Any,
+    *,
+    device: str = "cpu",
+    dtype: str | torch.dtype = "float32",
+    layout: str | None = None,
+    scale: float = 1.0,
+    seed: int = 0,
+    inputs_dir: str | None = None,
+    input_sha256: str | None = None,
+    attention: AttentionConfig = AttentionConfig(),
+    cast: CastConfig = CastConfig(),
+    resolution: str | None = None,
+) -> Workload:
+    """Materialize a card's op: inputs on `device` in `dtype`/`layout`, a baseline `run`, roofline facts.
+
+    `dtype` is the dtype of the op's inputs (a cast's source dtype). `layout` is None/"contiguous", or
+    "channels_last_3d" for conv3d and cast. The input is the captured tensor named by `input_sha256` in
+    `inputs_dir` when one is there (verified; see harness.workloads.inputs), otherwise synthetic data
+    from `seed`. `resolution` (the card's, e.g. "480x832") sizes attention queries and cast frames.
+    """
+    plan = plan_workload(
+        op_kind,
+        shape_parameters,
+        dtype=dtype,
+        scale=scale,
+        attention=attention,
+        cast=cast,
+        resolution=resolution,
+    )
+    where = parse_device(device)
+    shape_layout = parse_layout(layout)
+    if shape_layout == "channels_last_3d" and op_kind not in ("conv3d", "cast"):
+        raise WorkloadError(f"{op_kind}: layout 'channels_last_3d' applies to conv3d and cast only")
+    seed = check_seed(seed)
+    captured, why_synthetic = find_and_load(inputs_dir, input_sha256)
+    source = Source(captured, seed, where)
+    built = _MODULES[op_kind].build(plan, source, shape_layout)
+    notes = list(plan.notes)
+    if why_synthetic is not None:
+        notes.append(why_synthetic)
+    notes.extend(source.summary_notes())
+    if plan.scale < 1.0:
+        notes.append(f"scaled by {plan.scale:g}: {plan.original_shape} -> {plan.shape}")
+    return Workload(
+        op_kind=op_kind,
+        shape=plan.shape,
+        original_shape=plan.original_shape,
+        scale=plan.scale,
+        device=where,
+        dtype=plan.dtype,
+        layout=shape_layout,
+        inputs=built["inputs"],
+        run=built["run"],
+        flops=plan.flops,
+        min_bytes=plan.min_bytes,
+        input_source=source.input_source(),
+        output_shape=plan.output_shape,
+        notes=notes,
+        seed=seed,
+        input_hash=captured.record() if captured is not None and source.used else None,
+        _reference=built["reference"],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# From a card
+
+
+def cast_frames_from_report(card: Any, report: Any) -> int | None:
+    """9 or 12 for an output cast card, from the pair of cast cards of its resolution (None if unclear).
+
+    The two cards of a resolution differ 3:4 in duration and in waves, consistent with 9 and 12 frames;
+    the shorter one is the 9-frame cast. Durations in the report can be in the wrong unit, so the pair
+    is used only when its duration ratio is within 10% of 4/3.
+    """
+    if report is None or card.op_kind != "cast":
+        return None
+    pair = [
+        c
+        for c in report.cards
+        if c.op_kind == "cast" and c.resolution == card.resolution and c.summed_kernel_us is not None
+    ]
+    if len(pair) != 2 or card not in pair:
+        return None
+    short, long = sorted(pair, key=lambda c: c.summed_kernel_us)
+    ratio = long.summed_kernel_us / short.summed_kernel_us if short.summed_kernel_us else 0.0
+    if abs(ratio - 4.0 / 3.0) > 0.1 * 4.0 / 3.0:
+        return None
+    return 9 if card is short else 12
+
+
+def _card_options(card: Any, report: Any, options: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    options = dict(options)
+    options.setdefault("resolution", card.resolution or None)
+    note = None
+    if card.op_kind == "cast":
+        config = options.get("cast", CastConfig())
+        if config.frames is None and "frames" not in card.shape_parameters:
+            frames = cast_frames_from_report(card, report)
+            if frames is not None:
+                options["cast"] = replace(config, frames=frames)
+                note = f"frames={frames} from the pair of cast cards at {card.resolution} (the shorter is 9 frames)"
+    return options, note
+
+
+def plan_for_card(card: Any, report: Any = None, **options: Any) -> Plan:
+    """`plan_workload` for a harness.cards.model.Card (its op kind, shape parameters and resolution)."""
+    options, note = _card_options(card, report, options)
+    plan = plan_workload(card.op_kind, card.shape_parameters, **options)
+    return replace(plan, notes=(*plan.notes, note)) if note else plan
+
+
+def build_for_card(card: Any, report: Any = None, **options: Any) -> Workload:
+    """`build_workload` for a Card: its op kind, shape parameters, resolution and input_sha256.
+
+    Pass the `report` to let an output cast card take its frame count (9 or 12) from its pair.
+    """
+    options, note = _card_options(card, report, options)
+    options.setdefault("input_sha256", card.input_sha256)
+    workload = build_workload(card.op_kind, card.shape_parameters, **options)
+    if note:
+        workload.notes.insert(0, note)
+    return workload
+
+
+__all__ = [
+    "OP_KINDS",
+    "AttentionConfig",
+    "CastConfig",
+    "build_for_card",
+    "build_workload",
+    "cast_frames_from_report",
+    "plan_for_card",
+    "plan_workload",
+]

@@ -1,0 +1,131 @@
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+from harness.cards.cli import main
+from harness.cards.diff import diff_cards, kernel_family
+from harness.cards.lint import normalize
+from harness.cards.model import Kernel, parse_report, save_report
+from harness.cards.noise import timing_verdict
+from harness.cards.rules import classify_card
+
+
+def test_kernel_families_survive_tile_and_dtype_changes():
+    assert kernel_family("void cudnn::nchwToNhwcKernel(cudnn::nchw2nhwc_params_t, const T1 *, T2 *)") == "nchwToNhwcKernel"
+    a = kernel_family("sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32")
+    b = kernel_family("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize256x64x64")
+    assert a == b == "xmma_fprop_implicit_gemm"
+    assert kernel_family("nvjet_sm90_tst_256x144_64x4_2x1_v_bz_coopA_bias_TNT") == "nvjet"
+    assert kernel_family("aten::copy_") == "aten::copy_"
+
+
+def test_noise_rule():
+    assert timing_verdict(100, 96) == "SAME"  # within 5%
+    assert timing_verdict(100, 90) == "FASTER"
+    assert timing_verdict(100, 90, 0.06, 0.06) == "SAME"  # spreads widen the band
+    assert timing_verdict(100, 120) == "SLOWER"
+
+
+def _channels_last_after(card):
+    """The VAE card as a channels_last run would look: transposes gone, bytes and time down."""
+    after = copy.deepcopy(card)
+    after.kernels = [k for k in after.kernels if "To" not in k.name]
+    for k in after.kernels:
+        k.metrics["dram_read_mb"] *= 0.5
+    after.summed_kernel_us = sum(k.metric("dur_us") for k in after.kernels)
+    return after
+
+
+def test_diff_shows_transposes_gone_and_checks_hypothesis(seed_report):
+    before = classify_card(normalize(seed_report).card("vae-704-conv3d-96to96k333t6-b28294"))
+    after = classify_card(_channels_last_after(before))
+    d = diff_cards(before, after, check="transposes_removed")
+    assert set(d.kernels_removed) == {"nchwToNhwcKernel", "nhwcToNchwKernel"}
+    assert d.kernels_added == []
+    assert d.speedup > 1.1 and d.timing_verdict == "FASTER"
+    assert d.verdict == "yes"
+    bytes_check = diff_cards(before, after, check="bytes_and_time_fall")
+    assert bytes_check.verdict == "yes" and "fell" in bytes_check.verdict_detail
+    slower = copy.deepcopy(before)
+    for k in slower.kernels:
+        k.metrics["dur_us"] *= 2
+    slower.summed_kernel_us *= 2
+    assert diff_cards(before, slower, check="bytes_and_time_fall").verdict == "no"
+
+
+def test_diff_refuses_to_call_different_machines_fair(seed_report):
+    before = copy.deepcopy(seed_report.cards[1])
+    after = copy.deepcopy(before)
+    before.extra["environment"] = {"device_name": "NVIDIA H200", "hostname": "a"}
+    after.extra["environment"] = {"device_name": "NVIDIA H100 80GB HBM3", "hostname": "a"}
+    d = diff_cards(before, after)
+    assert d.fair is False and "different machines" in d.fairness_note
+
+
+def test_cli_lint_json(capsys):
+    assert main(["lint", "--json"]) == 0
+    findings = json.loads(capsys.readouterr().out)
+    assert {"card", "kernel", "code", "detail"} <= set(findings[0])
+    codes = {f["code"] for f in findings}
+    assert {"damaged_entry", "unit_scaled", "dominant_missing", "sum_mismatch", "null_metrics"} <= codes
+
+
+def test_cli_classify_writes_a_valid_report(tmp_path, capsys):
+    out = tmp_path / "classified.json"
+    assert main(["classify", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert len(report["cards"]) == 69
+    assert sum(report["summary"].values()) == 69
+    assert main(["lint", str(out), "--json"]) == 0
+    findings = json.loads(capsys.readouterr().out.split("\n", 1)[1])
+    assert not [f for f in findings if f["code"] == "unit_scaled"]  # normalized units stay normalized
+
+
+def test_cli_rules_override(tmp_path, capsys):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("thresholds:\n  compute_pct: 99\n")
+    out = tmp_path / "c.json"
+    assert main(["classify", "--rules", str(rules), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["summary"].get("compute_bound", 0) < 29
+
+
+def test_cli_diff_json_fields(tmp_path, seed_report, capsys):
+    before_path = tmp_path / "before.json"
+    save_report(seed_report, before_path)
+    raw = seed_report.to_dict()
+    raw["cards"][1]["kernels"][0]["metrics"]["dur_us"] /= 2
+    raw["cards"][1]["summed_kernel_us"] /= 2
+    after_path = tmp_path / "after.json"
+    after_path.write_text(json.dumps(raw))
+    md = tmp_path / "diff.md"
+    assert main(["diff", str(before_path), str(after_path), "--json", "--out", str(md)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    card = next(c for c in result["cards"] if c["card"] == seed_report.cards[1].id)
+    for key in ("before_us", "after_us", "speedup", "class_before", "class_after", "kernels_added",
+                "kernels_removed", "verdict"):
+        assert key in card
+    assert card["speedup"] == pytest.approx(2.0)
+    assert "| card |" in md.read_text()
+
+
+def test_cli_show_and_bad_input(tmp_path, capsys):
+    assert main(["show"]) == 0
+    assert "69 cards" in capsys.readouterr().out
+    assert main(["show", "output-480-cast-f18982"]) == 0
+    assert "damaged_entry" in capsys.readouterr().out
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert main(["lint", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not JSON" in err
+    assert main(["show", "nope-card"]) == 2
+
+
+def test_module_entry_point_exits_2_without_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "harness.cards", "lint", str(tmp_path / "x.json")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "no such file" in proc.stderr
