@@ -41,6 +41,7 @@ Kernels are listed in order of first appearance, like a launch order.
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -338,7 +339,10 @@ class CpuProfiler:
     def profile(self, fn: Callable[[], Any], facts: WorkloadFacts) -> Profile:
         """Run `fn` `calls` times under torch.profiler and return its work ops as kernels."""
         peaks = self._peaks or get_cpu_peaks()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         events = self._run(fn)
+        wall = time.perf_counter() - wall0
+        cpu_share = (time.process_time() - cpu0) / (wall * max(1, peaks.torch_threads)) if wall > 0 else None
         stats = self._collect(events, facts)
         kept, dropped = self._select(stats)
         n = self.calls
@@ -360,6 +364,11 @@ class CpuProfiler:
         ]
         if not kernels:
             notes.append("no op passed the kernel filter; see settings['dropped_ops_us']")
+        if peaks.busy:
+            notes.append(
+                f"the CPU peaks were measured while the machine was busy (cpu_share "
+                f"{peaks.cpu_share:.2f}): they are likely low, so sm_pct and dram_pct read high"
+            )
         return Profile(
             kernels=kernels,
             backend="cpu",
@@ -374,6 +383,9 @@ class CpuProfiler:
                 "min_self_us": self.min_self_us,
                 "min_self_fraction": self.min_self_fraction,
                 "main_compute_op": main,
+                # process CPU time / (wall x threads) over the profiled calls: well under 1 means
+                # other processes held the cores, or the ops did not use every thread
+                "cpu_share": cpu_share,
                 "dropped_ops_us": dropped,
             },
             notes=notes,

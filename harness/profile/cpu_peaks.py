@@ -18,7 +18,8 @@ datasheet:
 Cache: `$HARNESS_CACHE_DIR` or `~/.cache/harness/`, one file per key (CPU model name, logical
 core count, torch version, torch.get_num_threads()). A cache file that cannot be read or does not
 hold valid peaks for this key is re-measured with a warning; a cache that cannot be written is
-warned about; neither is fatal.
+warned about; neither is fatal. A measurement taken while other processes held the cores (see
+`CpuPeaks.cpu_share`) is used but not cached.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ _MIN_BW_BUFFER = 128 * 2**20
 _MAX_BW_BUFFER = 2**30
 _MATMUL_SIZES = (256, 512, 1024)
 _MATMUL_MAX_ROUNDS = 200
+BUSY_CPU_SHARE = 0.75
 
 _memo: dict[str, "CpuPeaks"] = {}
 
@@ -56,7 +58,16 @@ class CpuPeaks:
     torch_threads: int
     llc_bytes: int | None = None  # last-level cache size, if the OS says
     measured_at: str = ""
+    load_avg_1m: float | None = None  # the OS load average when measuring began (noise hint)
+    # process CPU time / (wall time x torch threads) while measuring: ~1 when the threads had their
+    # cores, ~0.5 when another process was taking half of them (then the peaks are far too low)
+    cpu_share: float | None = None
     unsupported: dict[str, str] = field(default_factory=dict)  # dtype -> why no peak
+
+    @property
+    def busy(self) -> bool:
+        """Measured while other work took the cores: the numbers understate this CPU."""
+        return self.cpu_share is not None and self.cpu_share < BUSY_CPU_SHARE
 
     def flops_for(self, dtype: str) -> float | None:
         value = self.flops_per_s.get(dtype)
@@ -99,6 +110,8 @@ class CpuPeaks:
         if not isinstance(sources, dict) or not isinstance(unsupported, dict):
             raise ValueError("sources/unsupported must be objects")
         llc = obj.get("llc_bytes")
+        load = obj.get("load_avg_1m")
+        share = obj.get("cpu_share")
         return cls(
             flops_per_s={str(k): float(v) for k, v in flops.items()},
             mem_bw_bytes_per_s=float(obj["mem_bw_bytes_per_s"]),
@@ -109,8 +122,14 @@ class CpuPeaks:
             torch_threads=obj["torch_threads"],
             llc_bytes=int(llc) if isinstance(llc, int) and not isinstance(llc, bool) else None,
             measured_at=str(obj.get("measured_at", "")),
+            load_avg_1m=float(load) if _positive(load) or _is_zero(load) else None,
+            cpu_share=float(share) if _positive(share) or _is_zero(share) else None,
             unsupported={str(k): str(v) for k, v in unsupported.items()},
         )
+
+
+def _is_zero(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
 
 
 def _positive(value: Any) -> bool:
@@ -273,13 +292,19 @@ def _measure_bandwidth(budget_s: float, llc: int | None) -> tuple[float, str]:
     )
 
 
-def measure_cpu_peaks(*, budget_s: float = 3.0) -> CpuPeaks:
-    """Measure now (no cache): about `budget_s` seconds in all, spread over dtypes and bandwidth."""
+def measure_cpu_peaks(*, budget_s: float = 2.5) -> CpuPeaks:
+    """Measure now (no cache): about `budget_s` seconds in all, spread over dtypes and bandwidth
+    (plus set-up, and more on a loaded machine)."""
     import torch
 
+    try:
+        load: float | None = os.getloadavg()[0]
+    except (OSError, AttributeError):
+        load = None
     key = machine_key()
     llc = last_level_cache_bytes()
     share = budget_s / (len(MATMUL_DTYPES) + 1)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
     flops: dict[str, float] = {}
     sources: dict[str, str] = {}
     unsupported: dict[str, str] = {}
@@ -298,12 +323,16 @@ def measure_cpu_peaks(*, budget_s: float = 3.0) -> CpuPeaks:
         raise RuntimeError(f"no matmul dtype could be measured on this CPU: {unsupported}")
     bw, source = _measure_bandwidth(share, llc)
     sources["mem_bw"] = source
+    wall = time.perf_counter() - wall0
+    cpu_share = (time.process_time() - cpu0) / (wall * max(1, torch.get_num_threads())) if wall > 0 else None
     return CpuPeaks(
         flops_per_s=flops,
         mem_bw_bytes_per_s=bw,
         sources=sources,
         llc_bytes=llc,
         measured_at=_now(),
+        load_avg_1m=load,
+        cpu_share=cpu_share,
         unsupported=unsupported,
         **key,
     )
@@ -346,7 +375,9 @@ def _write_cache(path: Path, peaks: CpuPeaks) -> None:
 def get_cpu_peaks(refresh: bool = False) -> CpuPeaks:
     """This machine's peaks: from this process's memo, else the cache file, else measured and cached.
 
-    `refresh=True` measures again and overwrites the cache.
+    `refresh=True` measures again and overwrites the cache. Peaks measured while the machine was
+    busy (`CpuPeaks.busy`: this process got under 75% of its threads' CPU time) are used in this
+    process, with a warning, but not written to the cache, so that a later process measures again.
     """
     key = machine_key()
     path = cache_path(key)
@@ -359,7 +390,16 @@ def get_cpu_peaks(refresh: bool = False) -> CpuPeaks:
             _memo[memo_key] = cached
             return cached
     peaks = measure_cpu_peaks()
-    _write_cache(path, peaks)
+    if peaks.busy:
+        warnings.warn(
+            f"the CPU was busy while measuring its peaks (this process got {peaks.cpu_share:.0%} of "
+            f"its {peaks.torch_threads} threads' CPU time): the peaks are likely low, so sm_pct and "
+            "dram_pct will read high; not caching them, a later process measures again",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    else:
+        _write_cache(path, peaks)
     _memo[memo_key] = peaks
     return peaks
 

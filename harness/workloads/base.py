@@ -204,7 +204,7 @@ class Workload:
     output_shape: tuple[int, ...] = ()
     notes: list[str] = field(default_factory=list)
     seed: int | None = None
-    input_hash: dict[str, Any] | None = None  # {"sha256", "path", "over": "file" | "tensor:<name>"}
+    input_hash: dict[str, Any] | None = None  # sha256, path, over ("file" | "tensor:<name>"), tensors, sliced
     _reference: Callable[[], torch.Tensor] | None = field(default=None, repr=False)
 
     def reference(self) -> torch.Tensor:

@@ -242,6 +242,7 @@ class Source:
         self.seed = seed
         self.device = device
         self.used: list[str] = []
+        self.sliced: list[str] = []
         self.synthetic_names: list[str] = []
         self.notes: list[str] = []
 
@@ -286,6 +287,7 @@ class Source:
             if tensor.dtype != dtype:
                 self.notes.append(f"captured {key!r} converted from {tensor.dtype} to {dtype}".replace("torch.", ""))
             if sliced:
+                self.sliced.append(name)
                 self.notes.append(f"captured {key!r} sliced from {list(original)} to {list(target)} (leading block)")
             self.used.append(name)
             return tensor.to(device=self.device, dtype=dtype)

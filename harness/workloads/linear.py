@@ -65,7 +65,7 @@ def plan(params: dict[str, Any], *, dtype: torch.dtype, scale: float) -> Plan:
 def _as_matrix(m: int, k: int):
     def adapt(tensor: torch.Tensor) -> torch.Tensor:
         # A captured activation is often [B, L, K]; the GEMM sees it as [B*L, K].
-        if tensor.dim() >= 2 and tensor.shape[-1] == k and math.prod(tensor.shape[:-1]) in (m,):
+        if tensor.dim() >= 2 and tensor.shape[-1] == k and math.prod(tensor.shape[:-1]) == m:
             return tensor.reshape(m, k)
         return tensor
 

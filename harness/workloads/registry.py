@@ -113,7 +113,11 @@ def build_workload(
         output_shape=plan.output_shape,
         notes=notes,
         seed=seed,
-        input_hash=captured.record() if captured is not None and source.used else None,
+        input_hash=(
+            {**captured.record(), "tensors": list(source.used), "sliced": list(source.sliced)}
+            if captured is not None and source.used
+            else None
+        ),
         _reference=built["reference"],
     )
 

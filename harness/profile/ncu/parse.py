@@ -35,7 +35,18 @@ _MISSING = frozenset({"", "n/a"})
 # Columns that describe the launch rather than measure it (the raw page's other columns are metrics,
 # some without the "unit__counter" form in old ncu versions: "inst_executed").
 _LAUNCH_COLUMNS = frozenset(
-    {"Process ID", "Process Name", "Host Name", "Kernel Time", "Context", "Stream", "Block Size", "Grid Size", "Device", "CC"}
+    {
+        "Process ID",
+        "Process Name",
+        "Host Name",
+        "Kernel Time",
+        "Context",
+        "Stream",
+        "Block Size",
+        "Grid Size",
+        "Device",
+        "CC",
+    }
 )
 _NUMBER = re.compile(r"^[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?$")
 

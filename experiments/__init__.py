@@ -1,0 +1,1 @@
+"""Counter-experiments: one module per experiment, its variants registered beside one baseline."""

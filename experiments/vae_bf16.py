@@ -1,0 +1,53 @@
+"""bf16 conv3d in place of fp32/TF32 for the VAE decoder.
+
+The report's VAE runs fp32, so cuDNN uses TF32 implicit GEMM. bf16 halves the bytes and doubles the
+tensor-core peak; on cuDNN 9.8 to 9.14 some bf16 conv3d shapes fall off cuDNN onto a slow path
+(vol2col / slow_conv_dilated3d kernels), which the re-profile's kernel names would show.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from harness.cards.fields import COMPUTE_BOUND, L2_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL, UNRESOLVED
+from harness.experiment import Experiment, VariantSkipped
+from harness.workloads.base import Workload
+
+EXPERIMENT = Experiment(
+    name="vae_bf16",
+    op_kinds=("conv3d",),
+    hypothesis="bf16 inputs and weights instead of fp32/TF32 halve the bytes and raise the math peak, "
+    "so effective throughput rises at the same nominal FLOPs",
+    check="effective_flops",
+    classes=(COMPUTE_BOUND, L2_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL, UNRESOLVED),
+)
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+_FORMATS = {"contiguous": torch.contiguous_format, "channels_last_3d": torch.channels_last_3d}
+
+
+def _conv(w: Workload, dtype: torch.dtype, memory_format: torch.memory_format) -> Callable[[], torch.Tensor]:
+    if dtype == torch.float16 and w.device == "cpu":
+        raise VariantSkipped("fp16 conv3d has no fast CPU kernel; it runs on CUDA only")
+    x = w.inputs["input"].to(dtype).contiguous(memory_format=memory_format)
+    weight = w.inputs["weight"].to(dtype).contiguous(memory_format=memory_format)
+    bias = w.inputs.get("bias")
+    bias = bias.to(dtype) if bias is not None else None
+    s = w.shape
+    stride, padding, dilation, groups = s["stride"], s["padding"], s["dilation"], s["groups"]
+    return lambda: F.conv3d(x, weight, bias, stride, padding, dilation, groups)
+
+
+@EXPERIMENT.baseline
+def fp32(w: Workload) -> Callable[[], torch.Tensor]:
+    """The report's baseline: fp32 NCDHW (TF32 on cuDNN by torch's default)."""
+    return _conv(w, torch.float32, torch.contiguous_format)
+
+
+@EXPERIMENT.variant
+def low_precision(w: Workload, dtype: str = "bfloat16", memory_format: str = "contiguous") -> Callable[[], torch.Tensor]:
+    """bf16 or fp16 inputs, weight and bias, in either memory format."""
+    return _conv(w, _DTYPES[dtype], _FORMATS[memory_format])

@@ -1,0 +1,196 @@
+"""Measure one callable of a card: correctness, timing, peak memory, profile, and its card.
+
+The card produced is in the report format, classified by the same rules, and carries where every
+number came from: `metrics_source` per kernel, and `timing`, `memory`, `correctness`, `workload`,
+`environment` and the profiler's `peaks` on the card.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from harness.cards.model import Card
+from harness.cards.rules import RuleSet, classify_card
+from harness.profile.base import Profile, Profiler
+from harness.profile.timing import TimingResult, time_cpu
+from harness.workloads.base import Workload
+
+
+@dataclass
+class Correctness:
+    max_abs: float
+    max_rel: float  # max |out - ref| / max |ref|: norm-wise, stable where ref is near zero
+    tolerance: float  # the largest max_rel the experiment accepts
+    feasible: bool
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def check_output(out: torch.Tensor, ref: torch.Tensor, tolerance: float) -> Correctness:
+    if tuple(out.shape) != tuple(ref.shape):
+        return Correctness(float("inf"), float("inf"), tolerance, False,
+                           f"output shape {tuple(out.shape)} != baseline {tuple(ref.shape)}")
+    a, b = out.detach().double(), ref.detach().double()
+    if not bool(torch.isfinite(a).all()):
+        return Correctness(float("inf"), float("inf"), tolerance, False, "output has NaN or Inf")
+    max_abs = float((a - b).abs().max()) if a.numel() else 0.0
+    scale = float(b.abs().max()) if b.numel() else 0.0
+    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
+    return Correctness(max_abs, max_rel, tolerance, max_rel <= tolerance)
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm", encoding="ascii") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_memory_bytes(fn: Callable[[], Any], device: str) -> tuple[int, str]:
+    """Peak memory one call adds: CUDA allocator peak on a GPU, sampled RSS growth on the CPU."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return int(torch.cuda.max_memory_allocated() - before), "torch.cuda.max_memory_allocated"
+    if not os.path.exists("/proc/self/statm"):
+        return 0, "unavailable (no /proc/self/statm)"
+    base = _rss_bytes()
+    peak = [base]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_bytes())
+            time.sleep(0.0005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = fn()
+        peak[0] = max(peak[0], _rss_bytes())
+    finally:
+        done.set()
+        sampler.join()
+    del result
+    return max(peak[0] - base, 0), "RSS growth sampled every 0.5 ms"
+
+
+@dataclass
+class TimingSettings:
+    warmup: int = 2
+    min_repeats: int = 5
+    budget_s: float = 0.4
+    cuda_graph: bool = False
+
+
+def time_callable(fn: Callable[[], Any], device: str, settings: TimingSettings) -> TimingResult:
+    if device.startswith("cuda"):
+        from harness.profile.cuda_timing import time_cuda
+
+        return time_cuda(fn, warmup=settings.warmup, min_repeats=settings.min_repeats,
+                         budget_s=settings.budget_s, cuda_graph=settings.cuda_graph)
+    return time_cpu(fn, warmup=settings.warmup, min_repeats=settings.min_repeats, budget_s=settings.budget_s)
+
+
+@dataclass
+class Measurement:
+    card: Card
+    timing: TimingResult | None  # None: the output was wrong, so it was not timed
+    correctness: Correctness
+    output: torch.Tensor | None
+    profile: Profile | None
+    seconds: dict[str, float]  # wall time by phase: timing (measurement) and the rest
+
+
+def measure(
+    *,
+    source_card: Card,
+    workload: Workload,
+    fn: Callable[[], torch.Tensor],
+    reference: torch.Tensor | None,
+    tolerance: float,
+    profiler: Profiler | None,
+    settings: TimingSettings,
+    rules: RuleSet,
+    label: dict[str, Any],
+    environment: dict[str, Any],
+) -> Measurement:
+    """Run `fn` for correctness, time it, profile it, and build its classified card.
+
+    `reference` is the baseline's output (None when measuring the baseline itself, which is then its
+    own reference); the correctness check runs before anything is timed, so a wrong variant costs
+    one call.
+    """
+    phases: dict[str, float] = {}
+    t0 = time.perf_counter()
+    output = fn()
+    if workload.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    correctness = check_output(output, output if reference is None else reference, tolerance)
+    memory, memory_method = peak_memory_bytes(fn, workload.device)
+    phases["setup_s"] = time.perf_counter() - t0
+    if not correctness.feasible:
+        card = _card(source_card, [], None, correctness, None, workload, label, environment, memory,
+                     memory_method, rules)
+        return Measurement(card, None, correctness, output, None, phases)
+    t1 = time.perf_counter()
+    timing = time_callable(fn, workload.device, settings)
+    phases["timing_s"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    profile = profiler.profile(fn, workload.facts()) if profiler is not None else None
+    phases["profile_s"] = time.perf_counter() - t2
+    card = _card(source_card, profile.kernels if profile else [], timing, correctness, profile, workload,
+                 label, environment, memory, memory_method, rules)
+    return Measurement(card, timing, correctness, output, profile, phases)
+
+
+def _card(
+    source: Card,
+    kernels: list,
+    timing: TimingResult | None,
+    correctness: Correctness,
+    profile: Profile | None,
+    workload: Workload,
+    label: dict[str, Any],
+    environment: dict[str, Any],
+    memory: int,
+    memory_method: str,
+    rules: RuleSet,
+) -> Card:
+    """The source card re-profiled: same identity, new kernels and measurements, same rules."""
+    card = copy.deepcopy(source)
+    card.extra = {k: v for k, v in card.extra.items() if k in ("id", "ncu_output", "scheduler_note")}
+    card.extra["id"] = source.id
+    card.kernels = copy.deepcopy(kernels)
+    card.summed_kernel_us = sum(k.metric("dur_us") or 0.0 for k in card.kernels) if card.kernels else None
+    card.nominal_mac_flops = workload.flops or None
+    card.shape_parameters_encoded = False
+    card.extra.update(
+        {
+            "harness": label,
+            "timing": timing.to_dict() if timing else None,
+            "correctness": correctness.as_dict(),
+            "memory": {"peak_bytes": memory, "method": memory_method},
+            "workload": workload.describe(),
+            "environment": environment,
+            "metrics_source": profile.metrics_source if profile else None,
+            "profiler": profile.backend if profile else None,
+            "peaks": profile.peaks if profile else None,
+            "profiler_settings": profile.settings if profile else None,
+            "profiler_notes": profile.notes if profile else [],
+        }
+    )
+    card.keys = ()
+    for kernel in card.kernels:
+        kernel.keys = ()
+    return classify_card(card, rules)

@@ -1,0 +1,111 @@
+"""The ncu command lines of one trial: profile into a report, and export a report as CSV.
+
+Argument lists only, never shell strings: range names and paths may hold spaces or quotes. The
+settings that change what a number means (clocks, cache flushing, replay) are explicit arguments and
+come back in `NcuCommand.settings`, to be recorded with the measurement.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Sequence
+
+from harness.profile.ncu.metrics import metrics_for
+
+ClockControl = Literal["none", "base"]  # none: leave the clocks alone; base: lock them to base
+CacheControl = Literal["all", "none"]  # all: flush caches before every replay pass
+
+REPORT_SUFFIX = ".ncu-rep"
+
+
+@dataclass(frozen=True)
+class NcuCommand:
+    argv: list[str]
+    report_path: Path  # where ncu writes the report
+    settings: dict[str, object] = field(default_factory=dict)
+
+
+def find_ncu() -> str | None:
+    """The ncu executable: on PATH, else in $NCU_HOME."""
+    on_path = shutil.which("ncu")
+    if on_path:
+        return on_path
+    home = os.environ.get("NCU_HOME")
+    if home:
+        return shutil.which("ncu", path=home)
+    return None
+
+
+def profile_command(
+    child_argv: Sequence[str],
+    *,
+    nvtx_range: str,
+    report_path: str | os.PathLike[str],
+    clock_control: ClockControl,
+    cache_control: CacheControl,
+    metric_set: str = "report",
+    ncu: str = "ncu",
+) -> NcuCommand:
+    """ncu profiling the kernels `child_argv` launches inside the push/pop NVTX range `nvtx_range`."""
+    if not nvtx_range or nvtx_range.endswith("/"):
+        raise ValueError(f"NVTX range name {nvtx_range!r}: give the bare push/pop range name (no trailing '/')")
+    if clock_control not in ("none", "base"):
+        raise ValueError(f"clock_control must be 'none' or 'base', got {clock_control!r}")
+    if cache_control not in ("all", "none"):
+        raise ValueError(f"cache_control must be 'all' or 'none', got {cache_control!r}")
+    if not child_argv:
+        raise ValueError("the child command is empty")
+    metrics = metrics_for(metric_set)
+    target = Path(report_path)
+    # ncu appends the suffix to -o itself; pass the stem so the file name is predictable.
+    stem = target.with_name(target.name[: -len(REPORT_SUFFIX)]) if target.name.endswith(REPORT_SUFFIX) else target
+    settings: dict[str, object] = {
+        "nvtx_include": f"{nvtx_range}/",
+        "target_processes": "all",
+        "replay_mode": "kernel",
+        "clock_control": clock_control,
+        "cache_control": cache_control,
+        "metric_set": metric_set,
+        "metrics": metrics,
+    }
+    argv = [
+        ncu,
+        "--nvtx",
+        "--nvtx-include",
+        f"{nvtx_range}/",
+        "--target-processes",
+        "all",
+        "--replay-mode",
+        "kernel",
+        "--clock-control",
+        clock_control,
+        "--cache-control",
+        cache_control,
+        "--metrics",
+        ",".join(metrics),
+        "-o",
+        str(stem),
+        "-f",
+        *child_argv,
+    ]
+    return NcuCommand(argv=argv, report_path=stem.with_name(stem.name + REPORT_SUFFIX), settings=settings)
+
+
+def export_command(report_path: str | os.PathLike[str], *, ncu: str = "ncu") -> list[str]:
+    """ncu printing a report's raw page as CSV, values in base units, kernels by demangled name
+    (the name the ncu_report module gives, so both ways of reading a report agree)."""
+    return [
+        ncu,
+        "--import",
+        str(report_path),
+        "--csv",
+        "--page",
+        "raw",
+        "--print-units",
+        "base",
+        "--print-kernel-base",
+        "demangled",
+    ]

@@ -1,0 +1,123 @@
+"""Run a command under a deadline, in its own process group, and check ncu's output for failures.
+
+ncu has no timeout flag, and it starts the profiled program (which may start its own children):
+killing ncu alone would leave them running on the GPU. The command therefore runs as the leader of
+a new session, and on the deadline the whole group gets SIGTERM, then SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from harness.profile.ncu.failures import deadline_exceeded, detect, ncu_missing
+
+
+@dataclass(frozen=True)
+class RunResult:
+    argv: tuple[str, ...]
+    returncode: int  # negative: killed by that signal
+    stdout: str
+    stderr: str
+    timed_out: bool
+    seconds: float
+
+
+def run_command(
+    argv: Sequence[str],
+    deadline_s: float,
+    *,
+    grace_s: float = 5.0,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> RunResult:
+    """Run `argv` to completion or until `deadline_s`; on the deadline its whole process group dies.
+
+    FileNotFoundError propagates when the executable does not exist.
+    """
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+    )
+    timed_out = False
+    try:
+        try:
+            stdout, stderr = proc.communicate(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            stdout, stderr = _stop_group(proc, grace_s)
+    except BaseException:
+        # Interrupted (Ctrl-C reaches only our own group): do not leave the profiled program behind.
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return RunResult(
+        argv=tuple(argv),
+        returncode=proc.returncode,
+        stdout=stdout,
+        stderr=stderr,
+        timed_out=timed_out,
+        seconds=time.monotonic() - started,
+    )
+
+
+def run_ncu(
+    argv: Sequence[str],
+    deadline_s: float,
+    *,
+    grace_s: float = 5.0,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> RunResult:
+    """`run_command` for an ncu command line; raises NcuFailure when ncu's run is not usable."""
+    try:
+        result = run_command(argv, deadline_s, grace_s=grace_s, cwd=cwd, env=env)
+    except FileNotFoundError:
+        raise ncu_missing(f"no executable {argv[0]!r}") from None
+    if result.timed_out:
+        raise deadline_exceeded(deadline_s)
+    failure = detect(result.stdout + "\n" + result.stderr, result.returncode)
+    if failure is not None:
+        raise failure
+    return result
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:  # every member already exited
+        pass
+
+
+def _stop_group(proc: subprocess.Popen[str], grace_s: float) -> tuple[str, str]:
+    # The leader's pid is the group id (start_new_session), and stays so after the leader exits.
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        stdout, stderr = proc.communicate(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        stdout, stderr = None, None
+    # Unconditionally: a member that ignored SIGTERM may have closed its pipes and still be alive.
+    _signal_group(proc.pid, signal.SIGKILL)
+    if stdout is None or stderr is None:
+        try:
+            stdout, stderr = proc.communicate(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            # Only a process that left the group (its own session) can still hold the pipes.
+            stdout, stderr = "", "output lost: a process outside the killed group kept the pipes open"
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            proc.wait()
+    return stdout, stderr

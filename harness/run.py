@@ -1,0 +1,363 @@
+"""One harness run: for each selected card, re-profile the baseline, search the variants, diff.
+
+Everything measured is written as soon as it exists (atomic writes): the baseline card and every
+trial card under `trials/<card>/`, the Optuna study in its storage. The run-level files (baseline.json,
+best.json, diff.md/json, summary.md) are rewritten after each card, so an interrupted run keeps
+what it finished.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import logging
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import optuna
+import torch
+from tqdm import tqdm
+
+from harness.cards.diff import diff_cards, render_markdown, ReportDiff
+from harness.cards.lint import lint_report
+from harness.cards.model import Card, Report, load_report, save_report, write_json_atomic
+from harness.cards.rules import RuleSet, class_counts, classify_report, rules_text
+from harness.environment import describe_environment, resolve_device
+from harness.experiment import Experiment, ExperimentError, VariantSkipped, load_experiment
+from harness.measure import Measurement, TimingSettings, measure, time_callable
+from harness.profile.base import Profiler, ProfilerUnavailable
+from harness.search import (
+    SearchError,
+    best_feasible,
+    open_study,
+    plan_search,
+    remaining_trials,
+    suggest,
+    validate_space,
+)
+from harness.workloads.attention import AttentionConfig
+from harness.workloads.base import WorkloadError
+from harness.workloads.cast import CastConfig
+from harness.workloads.registry import build_workload
+
+log = logging.getLogger("harness")
+
+
+class RunError(ValueError):
+    """Bad configuration or input found before measuring; one line, with the fix."""
+
+
+def select_cards(report: Report, selector: Any, experiment: Experiment, defaults: list[str] | None) -> list[Card]:
+    """Cards by id list, by filter {stage, op, op_kind, resolution}, or the experiment's defaults."""
+    if selector is None:
+        selector = list(defaults) if defaults else {}
+    if isinstance(selector, str):
+        selector = [selector]
+    if isinstance(selector, (list, tuple)):
+        try:
+            cards = [report.card(str(card_id)) for card_id in selector]
+        except Exception as exc:
+            raise RunError(str(exc)) from None
+    elif isinstance(selector, Mapping):
+        allowed = {"stage", "op", "op_kind", "resolution"}
+        unknown = set(selector) - allowed
+        if unknown:
+            raise RunError(f"cards filter: unknown key(s) {sorted(unknown)}; use {sorted(allowed)} or a list of ids")
+        cards = [
+            c for c in report.cards
+            if all(str(getattr(c, key)) == str(value) for key, value in selector.items())
+        ]
+    else:
+        raise RunError(f"cards={selector!r}: give a list of card ids or a filter like {{stage: vae}}")
+    wrong = [c.id for c in cards if not experiment.applies_to(c.op_kind)]
+    if wrong:
+        raise RunError(
+            f"experiment {experiment.name} applies to {', '.join(experiment.op_kinds)} cards; "
+            f"not to {', '.join(wrong[:3])}"
+        )
+    if not isinstance(selector, (list, tuple)):
+        cards = [c for c in cards if experiment.applies_to(c.op_kind)]
+    if not cards:
+        raise RunError(f"cards={selector!r} selects no card this experiment applies to; "
+                       "list them with `python -m harness.cards show`")
+    return cards
+
+
+def make_profiler(cfg: Mapping[str, Any], device: str) -> tuple[Profiler, list[str]]:
+    name = cfg.get("name", "auto")
+    notes: list[str] = []
+    if name == "auto":
+        if not device.startswith("cuda"):
+            name = "cpu"
+        else:
+            from harness.profile.ncu_backend import ncu_usable
+
+            usable, why = ncu_usable(cfg)
+            name = "ncu" if usable else "torch_cuda"
+            if not usable:
+                message = f"ncu unusable ({why}); falling back to the torch.profiler CUDA trace: metrics are estimated"
+                warnings.warn(message, stacklevel=2)
+                notes.append(message)
+    if name == "cpu":
+        from harness.profile.cpu import CpuProfiler
+
+        return CpuProfiler(), notes
+    if name == "torch_cuda":
+        from harness.profile.torch_cuda import TorchCudaProfiler
+
+        return TorchCudaProfiler(), notes
+    if name == "ncu":
+        from harness.profile.ncu_backend import NcuProfiler
+
+        return NcuProfiler(cfg), notes
+    raise RunError(f"profiler={name!r}: choose auto, cpu, torch_cuda or ncu")
+
+
+@dataclass
+class CardOutcome:
+    card_id: str
+    baseline: Card
+    best: Card | None
+    best_variant: str | None
+    best_params: dict[str, Any]
+    skipped: dict[str, str] = field(default_factory=dict)
+    infeasible: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    n_trials: int = 0
+
+
+@dataclass
+class RunContext:
+    cfg: Mapping[str, Any]
+    run_dir: Path
+    experiment: Experiment
+    rules: RuleSet
+    device: str
+    profiler: Profiler
+    environment: dict[str, Any]
+    settings: TimingSettings
+    storage: str
+    phases: dict[str, float] = field(default_factory=lambda: {"measurement_s": 0.0, "profiling_s": 0.0,
+                                                                  "setup_s": 0.0})
+
+    def account(self, m: Measurement) -> None:
+        self.phases["measurement_s"] += m.seconds.get("timing_s", 0.0)
+        self.phases["profiling_s"] += m.seconds.get("profile_s", 0.0)
+        self.phases["setup_s"] += m.seconds.get("setup_s", 0.0)
+
+
+def _accepted(fn: Any, params: dict[str, Any]) -> dict[str, Any]:
+    names = set(inspect.signature(fn).parameters)
+    return {k: v for k, v in params.items() if k in names}
+
+
+def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcome:
+    cfg, experiment = ctx.cfg, ctx.experiment
+    workload_cfg = cfg["workload"]
+    scale = workload_cfg.get("scale") or (1.0 if ctx.device.startswith("cuda") else workload_cfg["cpu_scale"])
+    cast_cfg = {k: v for k, v in dict(workload_cfg.get("cast") or {}).items()}
+    try:
+        workload = build_workload(
+            card.op_kind, card.shape_parameters, device=ctx.device, dtype=experiment.workload_dtype,
+            scale=scale, seed=int(workload_cfg.get("seed", 0)), inputs_dir=(cfg.get("inputs") or {}).get("dir"),
+            input_sha256=card.input_sha256, attention=AttentionConfig(**dict(workload_cfg.get("attention") or {})),
+            cast=CastConfig(**cast_cfg), resolution=card.resolution,
+        )
+    except (WorkloadError, TypeError) as exc:
+        raise RunError(f"card {card.id}: cannot build its workload ({exc})") from None
+    trials_dir = ctx.run_dir / "trials" / card.id
+    label = {"experiment": experiment.name, "variant": experiment.baseline_name, "params": {},
+             "role": "baseline", "report": report_path or "(shipped)"}
+    baseline_fn = experiment.prepare(experiment.baseline_name, workload, {})
+    tolerance = float(cfg["experiment"]["tolerance"]["max_rel"])
+    base = measure(source_card=card, workload=workload, fn=baseline_fn, reference=None, tolerance=tolerance,
+                   profiler=ctx.profiler, settings=ctx.settings, rules=ctx.rules, label=label,
+                   environment=ctx.environment)
+    ctx.account(base)
+    reference = base.output
+    base.card.extra["report_card"] = {"primary": card.primary, "summed_kernel_us": card.summed_kernel_us,
+                                      "dominant_kernel": card.dominant_kernel}
+    drift: list[dict[str, Any]] = []
+    base.card.extra["baseline_drift"] = drift
+    save_report(Report(cards=[base.card]), trials_dir / "baseline.json")
+
+    space = dict(cfg["experiment"]["space"])
+    validate_space(space, list(experiment.variants), experiment.name)
+    plan = plan_search(space, cfg["search"])
+    study_name = f"{experiment.name}:{card.id}"
+    study = open_study(study_name, ctx.storage, plan.sampler, bool(cfg["search"].get("resume", False)))
+    outcome = CardOutcome(card.id, base.card, None, None, {})
+
+    def objective(trial: optuna.Trial) -> float:
+        variant, params = suggest(trial, space)
+        trial.set_user_attr("variant", variant)
+        trial_label = {**label, "variant": variant, "params": params, "role": "trial", "trial": trial.number}
+        try:
+            fn = experiment.prepare(variant, workload, _accepted(experiment.variants[variant], params))
+        except VariantSkipped as exc:
+            trial.set_user_attr("status", "skipped")
+            trial.set_user_attr("reason", str(exc))
+            raise optuna.TrialPruned(str(exc)) from None
+        m = measure(source_card=card, workload=workload, fn=fn, reference=reference, tolerance=tolerance,
+                    profiler=ctx.profiler, settings=ctx.settings, rules=ctx.rules, label=trial_label,
+                    environment=ctx.environment)
+        ctx.account(m)
+        path = trials_dir / f"trial_{trial.number:04d}_{variant}.json"
+        save_report(Report(cards=[m.card]), path)
+        trial.set_user_attr("card", str(path))
+        trial.set_user_attr("correctness", m.correctness.as_dict())
+        if not m.correctness.feasible:
+            trial.set_user_attr("status", "infeasible")
+            raise optuna.TrialPruned(f"max_rel {m.correctness.max_rel:.3g} > tolerance {tolerance:g}")
+        trial.set_user_attr("status", "complete")
+        again = time_callable(baseline_fn, ctx.device, TimingSettings(
+            warmup=1, min_repeats=3, budget_s=float(cfg["timing"]["drift_budget_s"])))
+        drift.append({"after_trial": trial.number, "median_us": again.median_us})
+        assert m.timing is not None
+        return m.timing.median_us
+
+    todo = remaining_trials(study, plan.n_trials)
+    if todo:
+        with tqdm(total=todo, desc=f"{card.id} [{plan.sampler_name}]", unit="trial", leave=False) as bar:
+            study.optimize(objective, n_trials=todo, timeout=cfg["search"].get("timeout"),
+                           catch=(Exception,), callbacks=[lambda s, t: bar.update(1)])
+    save_report(Report(cards=[base.card]), trials_dir / "baseline.json")
+    for trial in study.get_trials(deepcopy=False):
+        variant = trial.user_attrs.get("variant", "?")
+        key = f"{variant} {trial.params}" if trial.params else variant
+        status = trial.user_attrs.get("status")
+        if status == "skipped":
+            outcome.skipped[key] = trial.user_attrs.get("reason", "")
+        elif status == "infeasible":
+            c = trial.user_attrs.get("correctness", {})
+            outcome.infeasible[key] = f"max_rel {c.get('max_rel', float('nan')):.3g} > {c.get('tolerance')}"
+        elif trial.state == optuna.trial.TrialState.FAIL:
+            outcome.failed[key] = str(trial.system_attrs.get("fail_reason", "failed"))[:200]
+    outcome.n_trials = len(study.trials)
+    best = best_feasible(study)
+    if best is not None:
+        best_card = load_report(best.user_attrs["card"]).cards[0]
+        outcome.best, outcome.best_variant = best_card, best.user_attrs.get("variant")
+        outcome.best_params = {k.split(".", 1)[-1]: v for k, v in best.params.items() if k != "variant"}
+    return outcome
+
+
+def _report(cards: list[Card], rules: RuleSet, scope: str) -> Report:
+    summary, by_stage = class_counts(cards)
+    return Report(cards=cards, generated_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), rules=rules_text(rules),
+                  summary=summary, by_stage=by_stage, scope=scope)
+
+
+def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
+    scope = (f"harness {ctx.experiment.name} on {ctx.environment.get('device_name')}; metrics from "
+             f"{ctx.profiler.name}; workload scale recorded per card")
+    baselines = [o.baseline for o in outcomes]
+    bests = [o.best for o in outcomes if o.best is not None]
+    save_report(_report(baselines, ctx.rules, scope), ctx.run_dir / "baseline.json")
+    save_report(_report(bests, ctx.rules, scope), ctx.run_dir / "best.json")
+    diffs = [
+        diff_cards(o.baseline, o.best, check=ctx.experiment.check, hypothesis=ctx.experiment.hypothesis,
+                   threshold=float(ctx.cfg["timing"]["threshold"]))
+        for o in outcomes if o.best is not None
+    ]
+    diff = ReportDiff(cards=diffs, only_before=[o.card_id for o in outcomes if o.best is None], only_after=[])
+    write_json_atomic(ctx.run_dir / "diff.json", diff.as_dict())
+    _write_text(ctx.run_dir / "diff.md", render_markdown(diff, f"{ctx.experiment.name}: baseline vs best"))
+    _write_text(ctx.run_dir / "summary.md", render_summary(ctx, outcomes, diffs))
+    return diff
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list) -> str:
+    by_card = {d.card: d for d in diffs}
+    lines = [f"# {ctx.experiment.name}", "", f"Hypothesis: {ctx.experiment.hypothesis}", "",
+             f"Device: {ctx.environment.get('device_name')} ({ctx.device}); profiler: {ctx.profiler.name}", "",
+             "| card | baseline us | best us | speedup | time | class before -> after | max rel error | variant | check |",
+             "|---|---:|---:|---:|---|---|---:|---|---|"]
+    for o in outcomes:
+        base_t = (o.baseline.extra.get("timing") or {}).get("median_us")
+        if o.best is None:
+            lines.append(f"| `{o.card_id}` | {base_t:.1f} | n/a | n/a | n/a | {o.baseline.primary} -> n/a | n/a | "
+                         "no feasible variant | n/a |")
+            continue
+        d = by_card[o.card_id]
+        err = o.best.extra.get("correctness", {}).get("max_rel")
+        params = ", ".join(f"{k}={v}" for k, v in o.best_params.items())
+        variant = f"{o.best_variant}({params})" if params else o.best_variant
+        lines.append(
+            f"| `{o.card_id}` | {d.before_us:.1f} | {d.after_us:.1f} | {d.speedup:.2f}x | {d.timing_verdict} | "
+            f"{d.class_before} -> {d.class_after} | {err:.2e} | {variant} | {d.verdict} |"
+        )
+    lines.append("")
+    for o in outcomes:
+        for title, entries in (("skipped", o.skipped), ("infeasible (over tolerance, never best)", o.infeasible),
+                               ("failed", o.failed)):
+            for key, why in entries.items():
+                lines.append(f"- `{o.card_id}` {key}: {title}: {why}")
+        drift = o.baseline.extra.get("baseline_drift") or []
+        if drift:
+            values = [d["median_us"] for d in drift]
+            lines.append(f"- `{o.card_id}` baseline re-timed {len(values)}x between trials: "
+                         f"{min(values):.1f} to {max(values):.1f} us (first timing "
+                         f"{o.baseline.extra['timing']['median_us']:.1f} us)")
+    metrics_source = {o.baseline.extra.get("metrics_source") for o in outcomes}
+    lines += ["", f"Metrics source: {', '.join(sorted(str(s) for s in metrics_source))} "
+              "(estimated metrics are roofline estimates, not counters)."]
+    return "\n".join(lines) + "\n"
+
+
+def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[CardOutcome]]:
+    started = time.perf_counter()
+    try:
+        rules = RuleSet.from_config(cfg.get("rules"))
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
+    experiment = load_experiment(cfg["experiment"]["module"])
+    tolerance = cfg["experiment"].get("tolerance", {}).get("max_rel")
+    if not isinstance(tolerance, (int, float)) or tolerance < 0:
+        raise RunError(f"experiment.tolerance.max_rel={tolerance!r}: must be a number >= 0")
+    scale = cfg["workload"].get("scale")
+    if scale is not None and not (0 < float(scale) <= 1):
+        raise RunError(f"workload.scale={scale}: must be in (0, 1]")
+    report_path = cfg.get("report")
+    report = load_report(report_path)
+    normalized = classify_report(lint_report(report).normalized, rules)
+    cards = select_cards(normalized, cfg.get("cards"), experiment, cfg["experiment"].get("default_cards"))
+    try:
+        device = resolve_device(str(cfg.get("device", "auto")))
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
+    try:
+        profiler, notes = make_profiler(cfg.get("profiler") or {}, device)
+    except ProfilerUnavailable as exc:
+        raise RunError(str(exc)) from None
+    for note in notes:
+        log.warning(note)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    storage = cfg["search"].get("storage") or f"sqlite:///{(run_dir / 'optuna.db').resolve()}"
+    timing = cfg["timing"]
+    ctx = RunContext(
+        cfg=cfg, run_dir=run_dir, experiment=experiment, rules=rules, device=device, profiler=profiler,
+        environment=describe_environment(device, cfg), storage=storage,
+        settings=TimingSettings(warmup=int(timing["warmup"]), min_repeats=int(timing["min_repeats"]),
+                                budget_s=float(timing["budget_s"]), cuda_graph=bool(timing.get("cuda_graph"))),
+    )
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    outcomes: list[CardOutcome] = []
+    for card in cards:
+        outcomes.append(run_card(ctx, card, report_path))
+        write_outputs(ctx, outcomes)
+    wall = time.perf_counter() - started
+    ctx.phases["wall_s"] = wall
+    ctx.phases["outside_measurement_s"] = wall - ctx.phases["measurement_s"]
+    write_json_atomic(run_dir / "run.json", {"phases": ctx.phases, "environment": ctx.environment,
+                                             "cards": [o.card_id for o in outcomes], "storage": storage})
+    return ctx, outcomes

@@ -1,0 +1,315 @@
+"""CPU backend: measured and cached CPU peaks, and CpuProfiler on real conv3d / linear / cast ops."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+
+from harness.cards.fields import METRIC_FIELDS, SOURCE_CPU_ESTIMATE
+from harness.profile import cpu_peaks
+from harness.profile.base import Profile, WorkloadFacts
+from harness.profile.cpu import IGNORED_OPS, CpuProfiler
+from harness.profile.cpu_peaks import CpuPeaks, get_cpu_peaks, measure_cpu_peaks
+
+UNKNOWABLE_ON_CPU = [
+    "tensor_pct",
+    "l2_pct",
+    "warps_active_pct",
+    "max_warps_pct",
+    "waves",
+    "grid",
+    "block",
+    "regs",
+    "smem_dyn_kb",
+    "smem_static_b",
+    "l2_hit_pct",
+    "sm_cycles_active",
+    "cycles_elapsed",
+    "occ_limit_regs",
+    "occ_limit_smem",
+]
+
+
+@pytest.fixture(scope="module")
+def peaks() -> CpuPeaks:
+    """Real peaks of this machine, measured quickly (not through the user's cache)."""
+    return measure_cpu_peaks(budget_s=0.6)
+
+
+def fake_peaks(flops: float = 1e11) -> CpuPeaks:
+    return CpuPeaks(
+        flops_per_s={"float32": flops},
+        mem_bw_bytes_per_s=2e10,
+        sources={"float32": "fake", "mem_bw": "fake"},
+        **cpu_peaks.machine_key(),
+    )
+
+
+@pytest.fixture
+def counting_measure(monkeypatch, tmp_path):
+    """Point the cache at a temp dir and replace the measurement by a counter."""
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    cpu_peaks.reset_memo()
+    calls = []
+
+    def measure(**_kwargs):
+        calls.append(1)
+        return fake_peaks(1e11 * len(calls))
+
+    monkeypatch.setattr(cpu_peaks, "measure_cpu_peaks", measure)
+    yield calls
+    cpu_peaks.reset_memo()
+
+
+# --- peaks ------------------------------------------------------------------------------------
+
+
+def test_measured_peaks_are_plausible_and_say_where_they_came_from(peaks):
+    assert peaks.flops_per_s["float32"] > 1e8  # more than 0.1 GFLOP/s
+    assert peaks.flops_per_s["float32"] < 1e14  # less than 100 TFLOP/s on a CPU
+    assert 1e8 < peaks.mem_bw_bytes_per_s < 1e13
+    for name in peaks.flops_per_s:
+        assert peaks.sources[name].startswith("measured ") and "torch.mm" in peaks.sources[name]
+    assert "copy_" in peaks.sources["mem_bw"]
+    assert peaks.torch_threads == torch.get_num_threads()
+    assert set(peaks.flops_per_s) | set(peaks.unsupported) == {"float32", "bfloat16", "float16"}
+    again = CpuPeaks.from_dict(json.loads(json.dumps(peaks.as_dict())))
+    assert again == peaks
+
+
+def test_peaks_are_cached_and_reused(counting_measure):
+    first = get_cpu_peaks()
+    path = cpu_peaks.cache_path()
+    assert counting_measure == [1]
+    assert path.is_file()
+    stored = json.loads(path.read_text())
+    assert stored["key"] == cpu_peaks.machine_key()
+    assert stored["peaks"]["flops_per_s"]["float32"] == first.flops_per_s["float32"]
+
+    cpu_peaks.reset_memo()  # a new process: only the file is left
+    second = get_cpu_peaks()
+    assert counting_measure == [1]  # not measured again
+    assert second == first
+
+    path.unlink()  # within a process the memo answers without the file
+    assert get_cpu_peaks() == first
+    assert counting_measure == [1]
+
+
+def test_refresh_measures_again_and_overwrites(counting_measure):
+    get_cpu_peaks()
+    refreshed = get_cpu_peaks(refresh=True)
+    assert counting_measure == [1, 1]
+    assert refreshed.flops_per_s["float32"] == 2e11
+    cpu_peaks.reset_memo()
+    assert get_cpu_peaks().flops_per_s["float32"] == 2e11  # the file holds the new numbers
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        "",
+        json.dumps([1, 2, 3]),
+        json.dumps({"schema": 1, "key": {}, "peaks": {"flops_per_s": {"float32": -1}}}),
+        "\x00\xff garbage",
+    ],
+    ids=["truncated", "empty", "wrong-type", "negative-peak", "binary"],
+)
+def test_corrupt_cache_is_remeasured_with_a_warning(counting_measure, content):
+    path = cpu_peaks.cache_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    with pytest.warns(RuntimeWarning, match="unusable"):
+        got = get_cpu_peaks()
+    assert counting_measure == [1]
+    assert got.flops_per_s["float32"] == 1e11
+    assert CpuPeaks.from_dict(json.loads(path.read_text())["peaks"]) == got  # repaired
+
+
+def test_cache_for_another_machine_key_is_not_trusted(counting_measure):
+    other = fake_peaks(5e12)
+    other.torch_threads = other.torch_threads + 7
+    path = cpu_peaks.cache_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"schema": 1, "key": other.key(), "peaks": other.as_dict()}))
+    with pytest.warns(RuntimeWarning):
+        got = get_cpu_peaks()
+    assert got.flops_per_s["float32"] == 1e11
+    assert counting_measure == [1]
+
+
+def test_busy_measurement_is_used_but_not_cached(monkeypatch, tmp_path):
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    cpu_peaks.reset_memo()
+    busy = fake_peaks()
+    busy.cpu_share = 0.5
+    monkeypatch.setattr(cpu_peaks, "measure_cpu_peaks", lambda **_: busy)
+    with pytest.warns(RuntimeWarning, match="busy"):
+        got = get_cpu_peaks()
+    assert got is busy and got.busy
+    assert not cpu_peaks.cache_path().exists()
+    assert get_cpu_peaks() is busy  # kept for this process without a second measurement
+    cpu_peaks.reset_memo()
+
+
+def test_unwritable_cache_warns_but_returns_peaks(counting_measure, monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(blocker))
+    with pytest.warns(RuntimeWarning, match="could not write"):
+        got = get_cpu_peaks()
+    assert got.flops_per_s["float32"] == 1e11
+
+
+# --- CpuProfiler ------------------------------------------------------------------------------
+
+
+def _conv_facts(x: torch.Tensor, w: torch.Tensor) -> WorkloadFacts:
+    n, _, t, h, ww = x.shape
+    cout, cin, kt, kh, kw = w.shape
+    out_elems = n * cout * (t - kt + 1) * (h - kh + 1) * (ww - kw + 1)
+    return WorkloadFacts(flops=2.0 * out_elems * cin * kt * kh * kw, min_bytes=None, dtype="float32", op_kind="conv3d")
+
+
+def _profile(fn, facts, peaks, calls=2) -> Profile:
+    fn()  # the protocol profiles an already warmed-up callable
+    return CpuProfiler(calls=calls, peaks=peaks).profile(fn, facts)
+
+
+def test_conv3d_layouts_show_different_ops(peaks):
+    torch.manual_seed(0)
+    x = torch.randn(1, 16, 4, 34, 34)
+    w = torch.randn(32, 16, 3, 3, 3)
+    facts = _conv_facts(x, w)
+    xc = x.contiguous(memory_format=torch.channels_last_3d)
+    wc = w.contiguous(memory_format=torch.channels_last_3d)
+
+    plain = _profile(lambda: torch.nn.functional.conv3d(x, w), facts, peaks)
+    last = _profile(lambda: torch.nn.functional.conv3d(xc, wc), facts, peaks)
+    plain_names = [k.name for k in plain.kernels]
+    last_names = [k.name for k in last.kernels]
+
+    # both do their compute in a convolution op, which carries the workload's FLOPs
+    for profile in (plain, last):
+        conv = [k for k in profile.kernels if "conv" in k.name]
+        assert conv, [k.name for k in profile.kernels]
+        main = profile.settings["main_compute_op"]
+        assert "conv" in main
+        kernel = next(k for k in profile.kernels if k.name == main)
+        assert kernel.extra["flops_source"].startswith("WorkloadFacts")
+        assert kernel.extra["flops"] == facts.flops
+        assert kernel.metrics["sm_pct"] > 0
+    # the channels_last_3d run converts the layout: copy ops appear that the contiguous run has not
+    assert set(plain_names) != set(last_names)
+    assert "aten::copy_" in last_names and "aten::copy_" not in plain_names
+    copy = last.kernels[last_names.index("aten::copy_")]
+    assert any("aten::contiguous" in chain for chain in copy.extra["callers"])
+    assert copy.metrics["sm_pct"] is None  # a copy has no known FLOP count
+    assert copy.metrics["dram_pct"] > 0
+    # wrappers and allocation ops are filtered out of the kernel list but accounted for
+    assert not (set(plain_names) & IGNORED_OPS)
+    assert "aten::conv3d" not in plain_names and "aten::conv3d" in plain.settings["dropped_ops_us"]
+
+
+def test_linear_matmul_kernel_flops_bytes_and_sm_pct(peaks):
+    torch.manual_seed(0)
+    m, k, n = 256, 512, 512
+    a, w, b = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+    facts = WorkloadFacts(flops=2.0 * m * n * k, min_bytes=None, dtype="float32", op_kind="linear")
+    profile = _profile(lambda: torch.nn.functional.linear(a, w, b), facts, peaks)
+    names = [kern.name for kern in profile.kernels]
+    matmul = [kern for kern in profile.kernels if kern.name in ("aten::addmm", "aten::mm")]
+    assert matmul, names
+    mm = matmul[0]
+    assert profile.settings["main_compute_op"] == mm.name
+    assert mm.extra["flops_source"] == "torch.profiler with_flops"
+    assert mm.extra["flops"] == 2 * m * n * k
+    assert mm.extra["calls"] == 1.0
+    # percent of this CPU's measured fp32 matmul peak; on a shared machine the peak may have been
+    # measured in a worse moment than this run, so only the formula and the sign are fixed
+    assert mm.metrics["sm_pct"] > 0
+    assert mm.metrics["sm_pct"] == pytest.approx(
+        mm.extra["flops"] / (mm.metrics["dur_us"] * 1e-6) / peaks.flops_per_s["float32"] * 100
+    )
+    assert mm.metrics["sm_pct"] < 1e5  # a unit slip (us vs s) would show as 1e6 x too much
+    assert mm.metrics["dur_us"] > 0
+    # roofline bytes: the inputs (and bias) read, the output written, in MB of 1e6 bytes
+    if mm.name == "aten::addmm":
+        assert mm.metrics["dram_read_mb"] == pytest.approx((m * k + k * n + n) * 4 / 1e6)
+    assert mm.metrics["dram_write_mb"] == pytest.approx(m * n * 4 / 1e6)
+    expected_pct = (mm.extra["bytes_read"] + mm.extra["bytes_written"]) / (
+        mm.metrics["dur_us"] * 1e-6
+    ) / peaks.mem_bw_bytes_per_s * 100
+    assert mm.metrics["dram_pct"] == pytest.approx(expected_pct)
+    assert "aten::linear" not in names and "aten::t" not in names
+
+
+def test_per_call_normalization_counts_invocations(peaks):
+    a, w = torch.randn(64, 128), torch.randn(128, 128)
+    facts = WorkloadFacts(flops=None, min_bytes=None, dtype="float32", op_kind="linear")
+
+    def twice():
+        torch.mm(a, w)
+        torch.mm(a, w)
+
+    one = _profile(lambda: torch.mm(a, w), facts, peaks, calls=3)
+    two = _profile(twice, facts, peaks, calls=3)
+    mm_one = next(k for k in one.kernels if k.name == "aten::mm")
+    mm_two = next(k for k in two.kernels if k.name == "aten::mm")
+    assert mm_one.extra["calls"] == 1.0 and mm_two.extra["calls"] == 2.0
+    assert mm_one.extra["measured_calls"] == 3
+    assert mm_one.extra["flops"] == 2 * 64 * 128 * 128
+    assert mm_two.extra["flops"] == 2 * mm_one.extra["flops"]
+
+
+def test_cast_has_bytes_but_no_flops(peaks):
+    x = torch.randn(3, 9, 120, 208)
+    facts = WorkloadFacts(flops=None, min_bytes=x.numel() * 6, dtype="float32", op_kind="cast")
+    profile = _profile(lambda: x.to(torch.bfloat16), facts, peaks)
+    copy = next(k for k in profile.kernels if k.name == "aten::copy_")
+    assert copy.metrics["sm_pct"] is None
+    assert copy.extra["flops"] is None
+    assert copy.metrics["dram_read_mb"] == pytest.approx(x.numel() * 4 / 1e6)  # fp32 source
+    assert copy.metrics["dram_write_mb"] == pytest.approx(x.numel() * 2 / 1e6)  # bf16 destination
+    assert "sm_pct" not in copy.extra["estimated_fields"]
+
+
+def test_profile_is_labelled_estimated_and_unknowable_fields_stay_none(peaks):
+    a, w = torch.randn(128, 256), torch.randn(256, 256)
+    facts = WorkloadFacts(flops=2.0 * 128 * 256 * 256, min_bytes=None, dtype="float32", op_kind="linear")
+    profile = _profile(lambda: torch.nn.functional.linear(a, w), facts, peaks)
+    assert profile.backend == "cpu"
+    assert profile.metrics_source == SOURCE_CPU_ESTIMATE
+    assert profile.peaks["flops_per_s"]["float32"] == peaks.flops_per_s["float32"]
+    assert profile.peaks["sources"]["mem_bw"].startswith("measured")
+    assert any("ESTIMATE" in note for note in profile.notes)
+    assert profile.kernels
+    for kernel in profile.kernels:
+        assert set(kernel.metrics) == set(METRIC_FIELDS)
+        assert kernel.extra["metrics_source"] == SOURCE_CPU_ESTIMATE
+        estimated = kernel.extra["estimated_fields"]
+        assert "dur_us" not in estimated  # measured by the profiler
+        assert {"dram_pct", "dram_read_mb", "dram_write_mb"} <= set(estimated)
+        for name in estimated:
+            assert kernel.metrics[name] is not None
+        for name in UNKNOWABLE_ON_CPU:
+            assert kernel.metrics[name] is None, name
+        assert kernel.classification is None
+        assert kernel.metric("tensor_pct") is None
+        json.dumps(kernel.to_dict())  # report-format and serializable
+
+
+def test_missing_dtype_peak_leaves_sm_pct_none():
+    a, w = torch.randn(64, 128).bfloat16(), torch.randn(128, 128).bfloat16()
+    facts = WorkloadFacts(flops=None, min_bytes=None, dtype="bfloat16", op_kind="linear")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the fake peaks must not trigger a measurement
+        profile = _profile(lambda: torch.mm(a, w), facts, fake_peaks())
+    mm = next(k for k in profile.kernels if k.name == "aten::mm")
+    assert mm.extra["flops"] == 2 * 64 * 128 * 128
+    assert mm.metrics["sm_pct"] is None
+    assert "bfloat16" in mm.extra["sm_pct_note"]

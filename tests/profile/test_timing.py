@@ -1,0 +1,168 @@
+"""timing.py: sample statistics, the time budget, and the noise rule of compare()."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness.profile.timing import TimingResult, compare, compare_detail, time_cpu
+
+
+class FakeClock:
+    """A nanosecond clock that only moves when the timed function runs."""
+
+    def __init__(self, durations_ns: list[int]):
+        self.now = 0
+        self.durations = list(durations_ns)
+        self.calls = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+    def fn(self) -> None:
+        self.now += self.durations[self.calls % len(self.durations)]
+        self.calls += 1
+
+
+def result(median: float, spread: float = 0.0) -> TimingResult:
+    base = TimingResult.from_samples([median], warmup=0, method="test")
+    return dataclasses.replace(base, spread=spread, iqr_us=spread * median)
+
+
+# --- statistics -------------------------------------------------------------------------------
+
+
+def test_from_samples_median_quartiles_and_relative_spread():
+    r = TimingResult.from_samples([5.0, 1.0, 4.0, 2.0, 3.0], warmup=2, method="test")
+    assert r.median_us == 3.0
+    assert (r.min_us, r.max_us) == (1.0, 5.0)
+    # inclusive (numpy-linear) quartiles of 1..5 are 2 and 4
+    assert r.iqr_us == pytest.approx(2.0)
+    assert r.spread == pytest.approx(2.0 / 3.0)
+    assert r.n == 5 and r.warmup == 2 and r.method == "test"
+    assert r.samples_us == [5.0, 1.0, 4.0, 2.0, 3.0]  # kept in measurement order
+
+
+def test_from_samples_even_count_interpolates():
+    r = TimingResult.from_samples([10.0, 20.0, 30.0, 40.0], warmup=0, method="test")
+    assert r.median_us == 25.0
+    # numpy.percentile([10,20,30,40], [25, 75]) == [17.5, 32.5]
+    assert r.iqr_us == pytest.approx(15.0)
+    assert r.spread == pytest.approx(15.0 / 25.0)
+
+
+def test_single_sample_has_zero_spread_and_optional_fields_default():
+    r = TimingResult.from_samples([7.0], warmup=0, method="cuda_event", device_name="H200", clock_mhz=1980.0)
+    assert (r.median_us, r.iqr_us, r.spread, r.n) == (7.0, 0.0, 0.0, 1)
+    assert r.device_name == "H200" and r.clock_mhz == 1980.0 and r.notes == []
+    assert TimingResult.from_dict(r.to_dict()) == r
+
+
+@pytest.mark.parametrize("bad", [[], [1.0, -1.0], [float("nan")], [float("inf")]])
+def test_from_samples_rejects_bad_samples(bad):
+    with pytest.raises(ValueError):
+        TimingResult.from_samples(bad, warmup=0, method="test")
+
+
+# --- time_cpu ---------------------------------------------------------------------------------
+
+
+def test_time_cpu_stops_when_budget_is_spent():
+    clock = FakeClock([1_000_000])  # every call takes exactly 1 ms
+    r = time_cpu(clock.fn, warmup=3, min_repeats=2, max_repeats=1000, budget_s=0.010, clock=clock)
+    assert r.n == 10  # 10 x 1 ms reaches the 10 ms budget
+    assert clock.calls == 3 + 10  # warm-ups are made but not recorded
+    assert r.samples_us == [1000.0] * 10
+    assert r.median_us == 1000.0 and r.spread == 0.0
+    assert r.method == "cpu_perf_counter" and r.warmup == 3
+
+
+def test_time_cpu_min_repeats_beat_the_budget():
+    clock = FakeClock([50_000_000])  # 50 ms per call, budget already spent after one
+    r = time_cpu(clock.fn, warmup=0, min_repeats=5, budget_s=0.001, clock=clock)
+    assert r.n == 5
+    assert clock.calls == 5
+
+
+def test_time_cpu_max_repeats_cap():
+    clock = FakeClock([1_000])  # 1 us per call; a 10 s budget would allow 10 million
+    r = time_cpu(clock.fn, warmup=0, min_repeats=1, max_repeats=7, budget_s=10.0, clock=clock)
+    assert r.n == 7
+
+
+def test_time_cpu_records_each_call_duration():
+    clock = FakeClock([3_000, 1_000, 2_000])
+    r = time_cpu(clock.fn, warmup=0, min_repeats=3, max_repeats=3, budget_s=0.0, clock=clock)
+    assert r.samples_us == [3.0, 1.0, 2.0]
+    assert r.median_us == 2.0 and r.min_us == 1.0 and r.max_us == 3.0
+
+
+def test_time_cpu_real_clock_respects_budget():
+    import time
+
+    start = time.perf_counter()
+    r = time_cpu(lambda: sum(range(1000)), warmup=1, min_repeats=3, budget_s=0.05)
+    elapsed = time.perf_counter() - start
+    assert r.n >= 3
+    assert elapsed < 0.5
+    assert 0 < r.min_us <= r.median_us <= r.max_us
+
+
+def test_time_cpu_argument_checks():
+    with pytest.raises(ValueError):
+        time_cpu(lambda: None, min_repeats=0)
+    with pytest.raises(ValueError):
+        time_cpu(lambda: None, min_repeats=5, max_repeats=4)
+
+
+# --- compare ----------------------------------------------------------------------------------
+
+
+def test_compare_clear_changes_and_no_change():
+    base = result(100.0, spread=0.02)
+    assert compare(base, result(50.0, 0.02)) == "FASTER"
+    assert compare(base, result(150.0, 0.02)) == "SLOWER"
+    assert compare(base, result(101.0, 0.02)) == "SAME"
+
+
+def test_compare_threshold_boundary_is_same():
+    base = result(100.0)
+    # exactly on the threshold counts as SAME; just beyond it does not
+    assert compare(base, result(125.0), threshold=0.25) == "SAME"
+    assert compare(base, result(75.0), threshold=0.25) == "SAME"
+    assert compare(base, result(125.5), threshold=0.25) == "SLOWER"
+    assert compare(base, result(74.5), threshold=0.25) == "FASTER"
+
+
+def test_compare_noise_widens_the_band_beyond_the_threshold():
+    # spreads 0.3 and 0.4 combine in quadrature to 0.5, which beats the 5% threshold
+    base, noisy = result(100.0, 0.3), 0.4
+    detail = compare_detail(base, result(149.0, noisy))
+    assert detail.combined_spread == pytest.approx(0.5)
+    assert detail.tolerance == pytest.approx(0.5)
+    assert detail.verdict == "SAME"
+    assert compare(base, result(151.0, noisy)) == "SLOWER"
+    assert compare(base, result(51.0, noisy)) == "SAME"
+    assert compare(base, result(49.0, noisy)) == "FASTER"
+
+
+def test_compare_threshold_dominates_when_quiet():
+    detail = compare_detail(result(100.0, 0.01), result(104.0, 0.01), threshold=0.05)
+    assert detail.tolerance == 0.05
+    assert detail.verdict == "SAME"
+    assert detail.rel_diff == pytest.approx(0.04)
+    assert compare(result(100.0, 0.01), result(106.0, 0.01)) == "SLOWER"
+    assert "SLOWER" in compare_detail(result(100.0, 0.01), result(106.0, 0.01)).describe()
+
+
+def test_compare_uses_medians_not_means():
+    base = TimingResult.from_samples([100.0] * 9 + [10_000.0], warmup=0, method="test")
+    trial = TimingResult.from_samples([100.0] * 10, warmup=0, method="test")
+    assert base.median_us == 100.0
+    assert compare(base, trial) == "SAME"
+
+
+def test_compare_rejects_zero_baseline():
+    with pytest.raises(ValueError):
+        compare(result(0.0), result(1.0))
