@@ -181,6 +181,11 @@ def _check_transposes_removed(diff: "CardDiff", before: Card, after: Card) -> tu
     time_fell = _time_fell(diff)
     if time_fell is None:
         return NOT_MEASURABLE, "no times to compare"
+    if not any(_is_layout_conversion(kernel_family(k.name)) for k in before.kernels):
+        return NOT_MEASURABLE, (
+            f"the baseline shows no separate layout-conversion kernel on this backend, so none can be "
+            f"removed; time {diff.timing_verdict}"
+        )
     holds = not remaining and time_fell
     gone = ", ".join(transposes) or "none"
     return (YES if holds else NO), (

@@ -34,8 +34,17 @@ Which ops become kernels (the rest are reported in `Profile.settings["dropped_op
 4. noise: an op whose self time per call is under max(`min_self_us`, `min_self_fraction` x the
    summed self time of all ops) is dropped.
 A layout conversion therefore appears as the op that copies (aten::copy_), with the ops that
-called it in `extra["callers"]` (e.g. "aten::clone < aten::contiguous < aten::slow_conv3d_forward").
+called it in `extra["callers"]` (e.g. "aten::clone < aten::contiguous < aten::slow_conv3d_forward")
+and `extra["copy_roles"]` counting each invocation as "layout_conversion", "cast" or "copy" (an
+addmm's bias broadcast is a plain "copy"). Format changes inside oneDNN (mkldnn_convolution) are
+not ops and stay invisible.
 Kernels are listed in order of first appearance, like a launch order.
+
+Other `extra` keys of a kernel: `calls` (invocations of the op per call of `fn`), `measured_calls`
+(calls of `fn` profiled), `dtype`, `input_shapes` (of the first invocation), `flops` and
+`flops_source`, `bytes_read` / `bytes_written` (per call), `bytes_note`, `estimated_fields`.
+Self times include the profiler's own per-op overhead (a few microseconds); `time_cpu` gives the
+clean wall time of the whole call.
 """
 
 from __future__ import annotations
@@ -155,6 +164,7 @@ class _OpStats:
     dtype: str | None = None
     input_shapes: list[Any] | None = None
     callers: Counter = field(default_factory=Counter)
+    copy_roles: Counter = field(default_factory=Counter)
 
 
 def _root(event: Any) -> Any:
@@ -173,6 +183,17 @@ def _caller_chain(event: Any, depth: int = 3) -> str:
         names.append(node.name)
         node = node.cpu_parent
     return " < ".join(names) if names else "(top level)"
+
+
+def _copy_role(event: Any, chain: str) -> str:
+    """What an aten::copy_ is for: "cast" (dtypes differ), "layout_conversion" (same dtype, called
+    from aten::contiguous or aten::_to_copy, i.e. a memory-format change), else "copy"."""
+    dtypes = getattr(event, "input_dtypes", None) or []
+    if len(dtypes) >= 2 and dtypes[0] in _DTYPE_NAMES and dtypes[1] in _DTYPE_NAMES and dtypes[0] != dtypes[1]:
+        return "cast"
+    if "aten::contiguous" in chain or "aten::_to_copy" in chain:
+        return "layout_conversion"
+    return "copy"
 
 
 def _tensor_inputs(event: Any, fallback_dtype: str) -> tuple[list[tuple[list[int], str | None]], bool]:
@@ -276,7 +297,10 @@ class CpuProfiler:
             entry.self_us += float(event.self_cpu_time_total)
             entry.total_us += float(event.cpu_time_total)
             entry.flops += float(event.flops or 0)
-            entry.callers[_caller_chain(event)] += 1
+            chain = _caller_chain(event)
+            entry.callers[chain] += 1
+            if event.name == "aten::copy_":
+                entry.copy_roles[_copy_role(event, chain)] += 1
             self._add_bytes(entry, event, facts)
         return stats
 
@@ -411,6 +435,8 @@ class CpuProfiler:
             "input_shapes": entry.input_shapes,
             "callers": dict(entry.callers),
         }
+        if entry.copy_roles:
+            extra["copy_roles"] = dict(entry.copy_roles)
 
         flops: float | None = None
         if entry.flops > 0:

@@ -18,11 +18,9 @@ import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
-Verdict = Literal["FASTER", "SLOWER", "SAME"]
-
-DEFAULT_THRESHOLD = 0.05
+from harness.cards.noise import DEFAULT_THRESHOLD, Verdict, noise_band
 
 
 @dataclass
@@ -142,13 +140,13 @@ class Comparison:
     rel_diff: float  # (trial.median - baseline.median) / baseline.median; negative = trial faster
     tolerance: float  # max(threshold, combined_spread)
     threshold: float
-    combined_spread: float  # sqrt(baseline.spread**2 + trial.spread**2)
+    combined_spread: float  # baseline.spread + trial.spread
 
     def describe(self) -> str:
         return (
             f"{self.verdict}: median {self.rel_diff:+.1%} vs baseline, "
             f"noise band +/-{self.tolerance:.1%} (max of threshold {self.threshold:.1%} and "
-            f"combined relative IQR {self.combined_spread:.1%})"
+            f"summed relative IQRs {self.combined_spread:.1%})"
         )
 
 
@@ -158,17 +156,18 @@ def compare_detail(
     """Verdict of `trial` against `baseline`, with the numbers behind it.
 
     Rule (in the style of nvbench's compare script, which calls a change SAME when the relative
-    difference is within the measured noise):
+    difference is within the measured noise; the same rule as harness.cards.noise, whose
+    `noise_band` this uses, so that the card diff and this helper always agree):
 
         d   = (trial.median_us - baseline.median_us) / baseline.median_us
-        s   = sqrt(baseline.spread**2 + trial.spread**2)   # spreads are relative IQRs
+        s   = baseline.spread + trial.spread            # spreads are relative IQRs (IQR / median)
         tol = max(threshold, s)
         SAME   if |d| <= tol   (the boundary itself is SAME)
         FASTER if d < -tol
         SLOWER if d > +tol
 
-    So a difference must exceed both the fixed threshold (default 5%) and the two timings'
-    relative interquartile ranges combined in quadrature before it counts.
+    So a difference must exceed both the fixed threshold (default 5%) and the sum of the two
+    timings' relative interquartile ranges before it counts.
     """
     if baseline.median_us <= 0 or not math.isfinite(baseline.median_us):
         raise ValueError("baseline median must be a positive number of microseconds")
@@ -177,8 +176,8 @@ def compare_detail(
     if threshold < 0:
         raise ValueError("threshold must be non-negative")
     d = (trial.median_us - baseline.median_us) / baseline.median_us
-    s = math.sqrt(baseline.spread**2 + trial.spread**2)
-    tol = max(threshold, s)
+    s = baseline.spread + trial.spread
+    tol = noise_band(baseline.spread, trial.spread, threshold)
     if abs(d) <= tol:
         verdict: Verdict = "SAME"
     elif d < 0:

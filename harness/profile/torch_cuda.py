@@ -121,17 +121,19 @@ def build_profile(
         )
         kernels.append(_kernel(k, limits, estimate))
         if any(v > 100.0 for v in estimate.values()):
+            shown = ", ".join(f"{name}={value:.0f}" for name, value in estimate.items())
             notes.append(
-                f"{k.name[:80]}: an estimate exceeds 100% ({', '.join(f'{n}={v:.0f}' for n, v in estimate.items())}):"
-                " the peak is below what this GPU reaches, or the bytes were served from L2"
+                f"{k.name[:80]}: an estimate exceeds 100% ({shown}): the peak is below what this GPU"
+                " reaches, or the bytes were served from L2"
             )
 
+    gpu = peaks.device_name or peaks.key
     if dominant is None:
         notes.append("no CUDA kernels recorded: fn launched none, or CUPTI is unavailable to torch.profiler")
     elif key is None or compute is None:
-        notes.append(f"no compute peak for dtype {facts.dtype!r} on {peaks.device_name or peaks.key}: sm_pct/tensor_pct not estimated")
+        notes.append(f"no compute peak for dtype {facts.dtype!r} on {gpu}: sm_pct/tensor_pct not estimated")
     if dominant is not None and dram is None:
-        notes.append(f"no DRAM peak for {peaks.device_name or peaks.key}: dram_pct not estimated")
+        notes.append(f"no DRAM peak for {gpu}: dram_pct not estimated")
     notes.append(
         "torch_cuda backend: dur_us and launch fields are measured from the CUDA trace; waves and "
         "occupancy limits are derived from them; sm_pct/tensor_pct/dram_pct of the dominant kernel "

@@ -22,6 +22,7 @@ from harness.workloads.base import LAYOUTS, Plan, Workload, WorkloadError, dtype
 from harness.workloads.cast import CastConfig
 from harness.workloads.inputs import Captured, file_sha256, find_captured, load_captured, tensor_sha256
 from harness.workloads.registry import (
+    CPU_SCALES,
     OP_KINDS,
     build_for_card,
     build_workload,
@@ -31,6 +32,7 @@ from harness.workloads.registry import (
 )
 
 __all__ = [
+    "CPU_SCALES",
     "LAYOUTS",
     "OP_KINDS",
     "AttentionConfig",

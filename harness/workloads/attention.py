@@ -91,17 +91,23 @@ def masked_allocation_attention(
 
 
 def reference_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid_keys: int, block_bytes: int = 1 << 28
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    valid_keys: int,
+    dtype: torch.dtype = torch.float64,
+    block_bytes: int = 1 << 28,
 ) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D)) v over the valid prefix in float64, a block of queries at a time."""
-    kd = k[:, :, :valid_keys].double()
-    vd = v[:, :, :valid_keys].double()
+    """softmax(q k^T / sqrt(D)) v over the valid prefix in `dtype`, a block of queries at a time."""
+    kd = k[:, :, :valid_keys].to(dtype)
+    vd = v[:, :, :valid_keys].to(dtype)
     batch, heads, lq, dim = q.shape
-    rows = max(1, block_bytes // max(1, batch * heads * valid_keys * 8))
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    rows = max(1, block_bytes // max(1, batch * heads * valid_keys * itemsize))
     scale = 1.0 / math.sqrt(dim)
-    out = torch.empty((batch, heads, lq, dim), dtype=torch.float64, device=q.device)
+    out = torch.empty((batch, heads, lq, dim), dtype=dtype, device=q.device)
     for start in range(0, lq, rows):
-        qd = q[:, :, start : start + rows].double()
+        qd = q[:, :, start : start + rows].to(dtype)
         scores = torch.matmul(qd, kd.transpose(-1, -2)).mul_(scale)
         out[:, :, start : start + rows] = torch.matmul(torch.softmax(scores, dim=-1), vd)
     return out
@@ -218,7 +224,7 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
     def run() -> torch.Tensor:
         return valid_prefix_attention(q, k, v, valid)
 
-    def reference() -> torch.Tensor:
-        return reference_attention(q, k, v, valid)
+    def reference(wide: torch.dtype) -> torch.Tensor:
+        return reference_attention(q, k, v, valid, dtype=wide)
 
     return {"inputs": {"q": q, "k": k, "v": v}, "run": run, "reference": reference}

@@ -205,18 +205,22 @@ class Workload:
     notes: list[str] = field(default_factory=list)
     seed: int | None = None
     input_hash: dict[str, Any] | None = None  # sha256, path, over ("file" | "tensor:<name>"), tensors, sliced
-    _reference: Callable[[], torch.Tensor] | None = field(default=None, repr=False)
+    _reference: Callable[[torch.dtype], torch.Tensor] | None = field(default=None, repr=False)
 
-    def reference(self) -> torch.Tensor:
-        """The baseline output recomputed in float64 (on the inputs' device) from the same inputs.
+    def reference(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """The baseline output recomputed in a wide dtype (on the inputs' device) from the same inputs.
 
-        Float64 also keeps CUDA from using TF32, so a GPU reference is as exact as a CPU one. The
-        result stays float64: compare with `torch.testing.assert_close(out.double(), ref, ...)` at a
+        float64 (the default) is exact enough for any variant and keeps CUDA from using TF32, so a GPU
+        reference is as good as a CPU one. float32 is much faster for conv3d on a CPU, where it is
+        plain IEEE float32; on CUDA a float32 reference follows the process's TF32 settings, so use
+        float64 there. Compare with `torch.testing.assert_close(out.to(ref.dtype), ref, ...)` at a
         tolerance fit for the variant's dtype.
         """
         if self._reference is None:
             raise WorkloadError(f"{self.op_kind}: this workload has no reference")
-        return self._reference()
+        if dtype not in (torch.float64, torch.float32):
+            raise WorkloadError(f"reference dtype must be float64 or float32, got {dtype}")
+        return self._reference(dtype)
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able summary for the card: shape, scale, dtype, layout, input source, FLOPs, bytes."""

@@ -17,9 +17,10 @@ pair of cast cards of the same resolution, else 12 with a note. A shape paramete
 tensor shape) overrides all of it. Synthetic frames are uniform in [0, 255) for an integer destination
 (values a real pipeline would cast after scaling) and in [-1, 1) otherwise.
 
-FLOPs: 0. Minimum bytes: numel x (source + destination element size). Scaling shrinks H and W (never below
-8). `reference()` is the exact conversion in float64: truncation toward zero for integer destinations,
-the source values themselves for floating ones (compare with the destination's tolerance).
+FLOPs: 0. Minimum bytes: numel x (source + destination element size). Scaling shrinks H and W (never
+below 8). `reference()` is the exact conversion, in float64 by default: truncation toward zero for
+integer destinations, the source values themselves for floating ones (compare with the destination's
+tolerance).
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ def plan(
             parsed = parse_resolution(params.get("resolution", resolution))
             if parsed is None:
                 raise WorkloadError(
-                    f"{KIND}: the frame size is unknown: give a resolution (e.g. '480x832') or CastConfig(height, width)"
+                    f"{KIND}: the frame size is unknown: give a resolution (e.g. '480x832') "
+                    "or CastConfig(height, width)"
                 )
             height = parsed[0] if height is None else height
             width = parsed[1] if width is None else width
@@ -144,8 +146,8 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
     def run() -> torch.Tensor:
         return frames.to(dst)
 
-    def reference() -> torch.Tensor:
-        wide = frames.double()
-        return wide.trunc() if integer else wide
+    def reference(wide: torch.dtype) -> torch.Tensor:
+        values = frames.to(wide)
+        return values.trunc() if integer else values
 
     return {"inputs": {"frames": frames}, "run": run, "reference": reference}

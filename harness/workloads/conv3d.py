@@ -57,7 +57,9 @@ def plan(params: dict[str, Any], *, dtype: torch.dtype, scale: float) -> Plan:
     groups = positive_int(KIND, "groups", params.get("groups", 1))
     notes: list[str] = []
     if x[1] != w[1] * groups:
-        raise WorkloadError(f"{KIND}: input has {x[1]} channels but weight {w} with groups={groups} takes {w[1] * groups}")
+        raise WorkloadError(
+            f"{KIND}: input has {x[1]} channels but weight {w} with groups={groups} takes {w[1] * groups}"
+        )
     if w[0] % groups:
         raise WorkloadError(f"{KIND}: {w[0]} output channels do not split into groups={groups}")
     if "bias" in params and params["bias"] is not None:
@@ -146,9 +148,9 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
     def run() -> torch.Tensor:
         return F.conv3d(x, weight, bias, stride, padding, dilation, groups)
 
-    def reference() -> torch.Tensor:
+    def reference(wide: torch.dtype) -> torch.Tensor:
         return F.conv3d(
-            x.double(), weight.double(), None if bias is None else bias.double(), stride, padding, dilation, groups
+            x.to(wide), weight.to(wide), None if bias is None else bias.to(wide), stride, padding, dilation, groups
         )
 
     return {"inputs": inputs, "run": run, "reference": reference}

@@ -97,7 +97,7 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
     def run() -> torch.Tensor:
         return F.linear(x, weight, bias)
 
-    def reference() -> torch.Tensor:
-        return F.linear(x.double(), weight.double(), None if bias is None else bias.double())
+    def reference(wide: torch.dtype) -> torch.Tensor:
+        return F.linear(x.to(wide), weight.to(wide), None if bias is None else bias.to(wide))
 
     return {"inputs": inputs, "run": run, "reference": reference}

@@ -26,6 +26,11 @@ from harness.workloads.cast import CastConfig
 from harness.workloads.inputs import Source, check_seed, find_and_load
 
 OP_KINDS = ("linear", "conv3d", "attention", "cast")
+
+# Scales at which the largest card of each kind runs in well under a second per call on a 2-core CPU
+# (float32, measured on the biggest report cards). Attention cost falls
+# with the square of the scale (queries x keys), as do conv3d (H x W) and linear (M x N).
+CPU_SCALES = {"linear": 0.25, "conv3d": 0.25, "attention": 0.1, "cast": 0.5}
 _MODULES = {"linear": _linear, "conv3d": _conv3d, "attention": _attention, "cast": _cast}
 
 
@@ -184,6 +189,7 @@ def build_for_card(card: Any, report: Any = None, **options: Any) -> Workload:
 
 
 __all__ = [
+    "CPU_SCALES",
     "OP_KINDS",
     "AttentionConfig",
     "CastConfig",

@@ -208,6 +208,7 @@ def test_conv3d_layouts_show_different_ops(peaks):
     assert "aten::copy_" in last_names and "aten::copy_" not in plain_names
     copy = last.kernels[last_names.index("aten::copy_")]
     assert any("aten::contiguous" in chain for chain in copy.extra["callers"])
+    assert set(copy.extra["copy_roles"]) == {"layout_conversion"}
     assert copy.metrics["sm_pct"] is None  # a copy has no known FLOP count
     assert copy.metrics["dram_pct"] > 0
     # wrappers and allocation ops are filtered out of the kernel list but accounted for
@@ -276,6 +277,7 @@ def test_cast_has_bytes_but_no_flops(peaks):
     assert copy.metrics["dram_read_mb"] == pytest.approx(x.numel() * 4 / 1e6)  # fp32 source
     assert copy.metrics["dram_write_mb"] == pytest.approx(x.numel() * 2 / 1e6)  # bf16 destination
     assert "sm_pct" not in copy.extra["estimated_fields"]
+    assert set(copy.extra["copy_roles"]) == {"cast"}
 
 
 def test_profile_is_labelled_estimated_and_unknowable_fields_stay_none(peaks):

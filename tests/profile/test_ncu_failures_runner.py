@@ -62,11 +62,18 @@ UNKNOWN_METRIC = """\
         (CHILD_FAILED, 1, "child_failed", ["exited with code 1", "without ncu"]),
         (NO_KERNELS, 0, "no_kernels", ["--nvtx-include", "'NAME/'", "launches CUDA kernels"]),
         (UNKNOWN_METRIC, 1, "unknown_metric", ["regex:^flop_count_sp", "--query-metrics"]),
-        ("==PROF== Connected\n==ERROR== Failed to connect to the target\n", 0, "ncu_error", ["Failed to connect"]),
+        (
+            "==PROF== Connected\n==ERROR== Failed to connect to the target\n",
+            0,
+            "ncu_error",
+            ["Failed to connect"],
+        ),
         ("some text\nSegmentation fault\n", 139, "ncu_error", ["status 139", "Segmentation fault"]),
     ],
 )
-def test_failures_are_recognised_by_their_text(text: str, returncode: int, code: str, words: list[str]) -> None:
+def test_failures_are_recognised_by_their_text(
+    text: str, returncode: int, code: str, words: list[str]
+) -> None:
     failure = detect(text, returncode)
     assert failure is not None and failure.code == code
     message = str(failure)
@@ -112,7 +119,8 @@ def _wait_dead(pids: list[int], seconds: float = 5.0) -> list[int]:
 
 
 def test_run_command_returns_output_and_status() -> None:
-    result = run_command([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"], 30)
+    script = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
+    result = run_command([sys.executable, "-c", script], 30)
     assert (result.stdout, result.stderr, result.returncode, result.timed_out) == ("out\n", "err\n", 3, False)
 
 

@@ -36,9 +36,7 @@ NUMBA_KERNEL = (
     "copy_blocked[v1,cw51cXTLSUwv1sDUaKthrqNgqqmjgOR3W3CwAkMXLaJtQYkOIgxJU0gCqOkEJoHkbttqdVhoqlspQGNFHSgJ5BnXagIA]"
     "(Array<long long, 1, C, mutable, aligned>, Array<long long, 1, C, mutable, aligned>, long long)"
 )
-CUTLASS_KERNEL = (
-    "cutlass3x_sm100_tensorop_s64x256x32gemm_f8_f8_f32_f16_f16_64x256x128_1x1x1_0_tnn_align4_1sm_bias_f16_relu_aux_scalemax"
-)
+CUTLASS_KERNEL = "cutlass3x_sm100_tensorop_s64x256x32gemm_f8_f8_f32_f16_f16_64x256x128_1x1x1_0_tnn_align4_1sm_bias_f16_relu_aux_scalemax"
 NVTX_HEADER = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
 
 
@@ -130,7 +128,9 @@ def test_details_page_report_fields() -> None:
     assert (metrics["l2_hit_pct"], metrics["waves"], metrics["regs"]) == (4.58, 6.40, 32.0)
     assert (metrics["occ_limit_regs"], metrics["occ_limit_smem"]) == (8.0, 16.0)
     # The details page carries no DRAM byte counts and no tensor-pipe metric.
-    assert metrics["dram_read_mb"] is None and metrics["dram_write_mb"] is None and metrics["tensor_pct"] is None
+    assert (
+        metrics["dram_read_mb"] is None and metrics["dram_write_mb"] is None and metrics["tensor_pct"] is None
+    )
 
 
 def test_details_page_after_program_output() -> None:
@@ -142,7 +142,12 @@ def test_details_page_after_program_output() -> None:
     assert metrics["dur_us"] == pytest.approx(406.24)  # 406240 ns
     assert metrics["smem_dyn_kb"] == pytest.approx(205.696)  # 205696 byte/block, 1 KB = 1000 bytes
     assert metrics["smem_static_b"] == 0.0
-    assert (metrics["grid"], metrics["block"], metrics["regs"], metrics["waves"]) == (288.0, 384.0, 168.0, 1.89)
+    assert (metrics["grid"], metrics["block"], metrics["regs"], metrics["waves"]) == (
+        288.0,
+        384.0,
+        168.0,
+        1.89,
+    )
     assert metrics["l2_hit_pct"] is None  # no Memory Workload Analysis section in this run
 
 

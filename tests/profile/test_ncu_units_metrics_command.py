@@ -61,7 +61,9 @@ def test_every_report_unit_has_a_conversion() -> None:
     assert set(METRIC_UNITS.values()) <= set(ACCEPTED)
 
 
-@pytest.mark.parametrize("unit, target", [("fortnight", "us"), ("%", "us"), ("byte", "us"), ("Kblock", "blocks/SM")])
+@pytest.mark.parametrize(
+    "unit, target", [("fortnight", "us"), ("%", "us"), ("byte", "us"), ("Kblock", "blocks/SM")]
+)
 def test_unknown_or_mismatched_unit_is_an_error(unit: str, target: str) -> None:
     with pytest.raises(NcuUnitError, match=re.escape(repr(unit))) as caught:
         to_report_unit(1.0, unit, target, what="kernel 3 dur")

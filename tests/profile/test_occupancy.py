@@ -137,7 +137,8 @@ def test_bad_inputs():
 )
 def test_properties(block, regs, smem):
     occ = occupancy(H100, block, regs, smem_dynamic_b=smem)
-    limits = [v for v in (occ.limit_warps, occ.limit_regs, occ.limit_smem, occ.limit_blocks, occ.limit_barriers) if v is not None]
+    named = (occ.limit_warps, occ.limit_regs, occ.limit_smem, occ.limit_blocks, occ.limit_barriers)
+    limits = [v for v in named if v is not None]
     assert occ.blocks_per_sm == min(limits)
     assert occ.blocks_per_sm * occ.warps_per_block <= H100.max_warps_per_sm
     assert occ.blocks_per_sm * occ.regs_per_block <= H100.regs_per_sm

@@ -136,8 +136,8 @@ def test_compare_threshold_boundary_is_same():
 
 
 def test_compare_noise_widens_the_band_beyond_the_threshold():
-    # spreads 0.3 and 0.4 combine in quadrature to 0.5, which beats the 5% threshold
-    base, noisy = result(100.0, 0.3), 0.4
+    # relative spreads 0.2 and 0.3 add up to a 0.5 band, which beats the 5% threshold
+    base, noisy = result(100.0, 0.2), 0.3
     detail = compare_detail(base, result(149.0, noisy))
     assert detail.combined_spread == pytest.approx(0.5)
     assert detail.tolerance == pytest.approx(0.5)
@@ -145,6 +145,16 @@ def test_compare_noise_widens_the_band_beyond_the_threshold():
     assert compare(base, result(151.0, noisy)) == "SLOWER"
     assert compare(base, result(51.0, noisy)) == "SAME"
     assert compare(base, result(49.0, noisy)) == "FASTER"
+    # the spread of either side alone is not enough to hide a 40% change
+    assert compare(result(100.0, 0.2), result(140.0, 0.0)) == "SLOWER"
+
+
+def test_compare_agrees_with_the_card_diff_rule():
+    from harness.cards.noise import timing_verdict
+
+    cases = [(100.0, 0.0, 104.0, 0.0), (100.0, 0.1, 118.0, 0.05), (100.0, 0.1, 80.0, 0.05), (100.0, 0.02, 60.0, 0.3)]
+    for b, sb, a, sa in cases:
+        assert compare(result(b, sb), result(a, sa)) == timing_verdict(b, a, sb, sa)
 
 
 def test_compare_threshold_dominates_when_quiet():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.workloads import (
     AttentionConfig,
@@ -34,6 +36,15 @@ def test_reference_matches_baseline_on_one_real_card_per_kind(report):
         w = build_for_card(card, report, scale=0.02)
         _close(w, atol=0 if card.op_kind == "cast" else 1e-4)
     assert seen == {"linear", "conv3d", "attention", "cast"}
+
+
+def test_reference_in_float32_and_bad_reference_dtype():
+    w = build_workload("conv3d", {"input": [1, 8, 3, 12, 12], "weight": [8, 8, 3, 3, 3]})
+    ref32 = w.reference(torch.float32)
+    assert ref32.dtype == torch.float32
+    torch.testing.assert_close(ref32.double(), w.reference(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(WorkloadError, match="float64 or float32"):
+        w.reference(torch.bfloat16)
 
 
 def test_linear_bias_default_and_override():
@@ -180,3 +191,21 @@ def test_describe_and_facts():
     assert d["input_source"] == "synthetic(seed=0)" and d["seed"] == 0
     facts = w.facts()
     assert (facts.flops, facts.min_bytes, facts.dtype, facts.op_kind) == (w.flops, w.min_bytes, "float32", "linear")
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    k=st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3)),
+    stride=st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 2)),
+    padding=st.tuples(st.integers(0, 1), st.integers(0, 1), st.integers(0, 1)),
+    extra=st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(0, 40)),
+    scale=st.floats(0.01, 1.0),
+)
+def test_conv3d_scaled_shapes_always_run(k, stride, padding, extra, scale):
+    size = [k[i] + extra[i] for i in range(3)]
+    params = {"input": [1, 2, *size], "weight": [3, 2, *k], "stride": list(stride), "padding": list(padding)}
+    plan = plan_workload("conv3d", params, scale=scale)
+    assert all(o >= 1 for o in plan.output_shape)
+    assert plan.shape["input"][3] <= size[1] and plan.shape["input"][4] <= size[2]
+    w = build_workload("conv3d", params, scale=scale)
+    assert tuple(w.run().shape) == plan.output_shape

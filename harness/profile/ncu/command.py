@@ -51,7 +51,9 @@ def profile_command(
 ) -> NcuCommand:
     """ncu profiling the kernels `child_argv` launches inside the push/pop NVTX range `nvtx_range`."""
     if not nvtx_range or nvtx_range.endswith("/"):
-        raise ValueError(f"NVTX range name {nvtx_range!r}: give the bare push/pop range name (no trailing '/')")
+        raise ValueError(
+            f"NVTX range name {nvtx_range!r}: give the bare push/pop range name (no trailing '/')"
+        )
     if clock_control not in ("none", "base"):
         raise ValueError(f"clock_control must be 'none' or 'base', got {clock_control!r}")
     if cache_control not in ("all", "none"):
@@ -61,7 +63,11 @@ def profile_command(
     metrics = metrics_for(metric_set)
     target = Path(report_path)
     # ncu appends the suffix to -o itself; pass the stem so the file name is predictable.
-    stem = target.with_name(target.name[: -len(REPORT_SUFFIX)]) if target.name.endswith(REPORT_SUFFIX) else target
+    stem = (
+        target.with_name(target.name[: -len(REPORT_SUFFIX)])
+        if target.name.endswith(REPORT_SUFFIX)
+        else target
+    )
     settings: dict[str, object] = {
         "nvtx_include": f"{nvtx_range}/",
         "target_processes": "all",

@@ -33,34 +33,44 @@ _KNOWN: tuple[_Known, ...] = (
     _Known(
         "counter_permission",
         re.compile(r"ERR_NVGPUCTRPERM"),
-        lambda m: "ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM): run it as root, or load "
-        "the nvidia driver with NVreg_RestrictProfilingToAdminUsers=0; in a container add --cap-add SYS_ADMIN",
+        lambda m: (
+            "ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM): run it as root, or load "
+            "the nvidia driver with NVreg_RestrictProfilingToAdminUsers=0; in a container add --cap-add SYS_ADMIN"
+        ),
     ),
     _Known(
         "counters_busy",
         re.compile(r"driver resource was unavailable"),
-        lambda m: "another tool holds the GPU performance counters (ncu: 'a driver resource was unavailable'): "
-        "pause DCGM with `dcgmi profile --pause` (resume with `dcgmi profile --resume`) or stop "
-        "dcgm-exporter / a running nsys or ncu on this node, then retry",
+        lambda m: (
+            "another tool holds the GPU performance counters (ncu: 'a driver resource was unavailable'): "
+            "pause DCGM with `dcgmi profile --pause` (resume with `dcgmi profile --resume`) or stop "
+            "dcgm-exporter / a running nsys or ncu on this node, then retry"
+        ),
     ),
     _Known(
         "unknown_metric",
         re.compile(r"Failed to find metric (\S+)"),
-        lambda m: f"ncu does not know metric {m.group(1)} on this GPU: list the chip's metrics with "
-        "`ncu --query-metrics` and fix harness/profile/ncu/metrics.py",
+        lambda m: (
+            f"ncu does not know metric {m.group(1)} on this GPU: list the chip's metrics with "
+            "`ncu --query-metrics` and fix harness/profile/ncu/metrics.py"
+        ),
     ),
     _Known(
         "child_failed",
         re.compile(r"The application returned an error code \((-?\d+)\)"),
-        lambda m: f"the profiled program exited with code {m.group(1)} under ncu: run the child command "
-        "without ncu to see its error",
+        lambda m: (
+            f"the profiled program exited with code {m.group(1)} under ncu: run the child command "
+            "without ncu to see its error"
+        ),
     ),
     _Known(
         "no_kernels",
         re.compile(r"No kernels were profiled"),
-        lambda m: "ncu profiled no kernels: check that the NVTX range name matches --nvtx-include (a push/pop "
-        "range is written 'NAME/'), that the code launches CUDA kernels inside that range, and that ncu "
-        "follows child processes (--target-processes all)",
+        lambda m: (
+            "ncu profiled no kernels: check that the NVTX range name matches --nvtx-include (a push/pop "
+            "range is written 'NAME/'), that the code launches CUDA kernels inside that range, and that ncu "
+            "follows child processes (--target-processes all)"
+        ),
     ),
 )
 

@@ -92,7 +92,7 @@ def _kernel(record: NcuKernelRecord) -> Kernel:
 
 def _card(name: str, kernels: list[Kernel]) -> Card:
     durations = [k.metric("dur_us") for k in kernels]
-    timed = [(d, k.name) for d, k in zip(durations, kernels) if d is not None]
+    timed = [(d, k.name) for d, k in zip(durations, kernels, strict=True) if d is not None]
     return Card(
         group=f"ncu:{name}",
         resolution="",

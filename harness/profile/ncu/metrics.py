@@ -43,8 +43,12 @@ FIELD_SOURCES: dict[str, FieldSource] = {
     "grid": FieldSource("launch__grid_size", display="Grid Size"),
     "block": FieldSource("launch__block_size", display="Block Size"),
     "regs": FieldSource("launch__registers_per_thread", display="Registers Per Thread"),
-    "smem_dyn_kb": FieldSource("launch__shared_mem_per_block_dynamic", display="Dynamic Shared Memory Per Block"),
-    "smem_static_b": FieldSource("launch__shared_mem_per_block_static", display="Static Shared Memory Per Block"),
+    "smem_dyn_kb": FieldSource(
+        "launch__shared_mem_per_block_dynamic", display="Dynamic Shared Memory Per Block"
+    ),
+    "smem_static_b": FieldSource(
+        "launch__shared_mem_per_block_static", display="Static Shared Memory Per Block"
+    ),
     "l2_hit_pct": FieldSource("lts__t_sector_hit_rate.pct", display="L2 Hit Rate"),
     "sm_cycles_active": FieldSource("sm__cycles_active.avg", display="SM Active Cycles"),
     "cycles_elapsed": FieldSource("gpc__cycles_elapsed.max", ("gpc__elapsed_cycles_max",), "Elapsed Cycles"),

@@ -149,7 +149,7 @@ def _table(text: str) -> tuple[list[str], list[list[str]]]:
     lines = text.lstrip("\ufeff").splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID",')), None)
     if start is None:
-        raise NcuParseError("no ncu CSV table (no header line starting with \"ID\")")
+        raise NcuParseError('no ncu CSV table (no header line starting with "ID")')
     # Quoted lines only: the program's output and ncu's ==PROF== lines may follow the table too.
     rows = list(csv.reader(line for line in lines[start:] if line.startswith('"')))
     header = rows[0]
@@ -216,7 +216,7 @@ def _parse_raw(header: list[str], rows: list[list[str]]) -> list[NcuKernelRecord
             raise NcuParseError(f"table row {line} has {len(row)} fields, the header {len(header)}")
         values: dict[str, tuple[Value, str]] = {}
         attributes: dict[str, str] = {}
-        for i, (name, cell) in enumerate(zip(header, row)):
+        for i, (name, cell) in enumerate(zip(header, row, strict=True)):
             if i in identity:
                 continue
             if name in _LAUNCH_COLUMNS:

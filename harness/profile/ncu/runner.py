@@ -7,6 +7,7 @@ a new session, and on the deadline the whole group gets SIGTERM, then SIGKILL af
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -95,10 +96,8 @@ def run_ncu(
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # every member already exited
         os.killpg(pgid, sig)
-    except ProcessLookupError:  # every member already exited
-        pass
 
 
 def _stop_group(proc: subprocess.Popen[str], grace_s: float) -> tuple[str, str]:

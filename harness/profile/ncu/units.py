@@ -51,7 +51,9 @@ _CYCLES: dict[str, Fraction] = {
 }
 
 
-def _per(table: dict[str, Fraction], target: Fraction, suffixes: tuple[str, ...] = ("",)) -> dict[str, Fraction]:
+def _per(
+    table: dict[str, Fraction], target: Fraction, suffixes: tuple[str, ...] = ("",)
+) -> dict[str, Fraction]:
     return {unit + suffix: factor / target for unit, factor in table.items() for suffix in suffixes}
 
 

@@ -1,0 +1,84 @@
+"""The Hydra app end to end on the CPU, at a tiny scale."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from harness.cards.model import load_report
+
+TINY = ["workload.cpu_scale=0.08", "timing.budget_s=0.05", "timing.drift_budget_s=0.02", "timing.confirm_rounds=1"]
+
+
+def _run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", f"hydra.run.dir={tmp_path}", *TINY, *overrides],
+        capture_output=True, text=True, timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_channels_last_end_to_end(tmp_path):
+    proc = _run(tmp_path, "cards=[vae-480-conv3d-96to3k333t3-842ecd]")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for name in ("baseline.json", "best.json", "diff.md", "diff.json", "summary.md", "optuna.db", "run.json"):
+        assert (tmp_path / name).exists(), name
+    best = load_report(tmp_path / "best.json")
+    card = best.cards[0]
+    assert card.id == "vae-480-conv3d-96to3k333t3-842ecd"
+    assert card.extra["workload"]["scale"] == 0.08
+    assert card.extra["correctness"]["feasible"] and card.extra["correctness"]["max_rel"] < 1e-4
+    assert card.extra["memory"]["peak_bytes"] >= 0
+    assert card.extra["metrics_source"] == "cpu_roofline_estimate"
+    assert card.kernels and card.primary is not None
+    diff = json.loads((tmp_path / "diff.json").read_text())["cards"][0]
+    assert diff["speedup"] > 0 and diff["verdict"] in {"yes", "no", "not measurable"}
+    trials = sorted((tmp_path / "trials" / card.id).glob("trial_*.json"))
+    assert len(trials) == 3  # the exhaustive sampler covered the three variants once each
+    study = optuna.load_study(study_name=f"vae_channels_last:{card.id}", storage=f"sqlite:///{tmp_path}/optuna.db")
+    assert len(study.trials) == 3
+    assert "outside measurement" in proc.stdout and str(tmp_path) in proc.stdout
+    # Lint finds no unit or damage defect in the after-report (it is valid input for the next round).
+    lint = subprocess.run([sys.executable, "-m", "harness.cards", "lint", str(tmp_path / "best.json"), "--json"],
+                          capture_output=True, text=True)
+    codes = {f["code"] for f in json.loads(lint.stdout)}
+    assert not codes & {"damaged_entry", "unit_scaled", "dominant_missing", "sum_mismatch", "summary_mismatch"}
+
+    resumed = _run(tmp_path, "cards=[vae-480-conv3d-96to3k333t3-842ecd]", "search.resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    study = optuna.load_study(study_name=f"vae_channels_last:{card.id}", storage=f"sqlite:///{tmp_path}/optuna.db")
+    assert len(study.trials) == 3  # the space was covered: resume adds nothing and loses nothing
+
+
+@pytest.mark.slow
+def test_bf16_infeasible_variant_is_never_best(tmp_path):
+    proc = _run(tmp_path, "experiment=vae_bf16", "cards=[vae-480-conv3d-96to3k333t3-842ecd]",
+                "experiment.tolerance.max_rel=1e-9")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = (tmp_path / "summary.md").read_text()
+    assert "no feasible variant" in summary
+    assert "infeasible" in summary and "skipped" in summary  # fp16 has no CPU conv kernel
+    assert load_report(tmp_path / "best.json").cards == []
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["experiment=nope"], "unknown experiment 'nope'"),
+        (["cards={stage: dit}"], "applies to conv3d"),
+        (["cards=[no-such-card]"], "no card with id"),
+        (["workload.scale=2"], "workload.scale=2"),
+        (["search.n_trials=0", "cards=[vae-480-conv3d-96to3k333t3-842ecd]"], "n_trials=0"),
+        (["experiment.tolerance.max_rel=-1"], "max_rel=-1"),
+        (["report=/nonexistent.json"], "no such file"),
+        (["device=cuda"], "no CUDA device"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(tmp_path, overrides, message):
+    proc = _run(tmp_path, *overrides)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-1500:])
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
