@@ -124,12 +124,13 @@ def measure(
     rules: RuleSet,
     label: dict[str, Any],
     environment: dict[str, Any],
+    spec: dict[str, Any] | None = None,
 ) -> Measurement:
     """Run `fn` for correctness, time it, profile it, and build its classified card.
 
     `reference` is the baseline's output (None when measuring the baseline itself, which is then its
     own reference); the correctness check runs before anything is timed, so a wrong variant costs
-    one call.
+    one call. `spec` rebuilds the trial in another process, for profilers that need one (ncu).
     """
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -147,7 +148,12 @@ def measure(
     timing = time_callable(fn, workload.device, settings)
     phases["timing_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
-    profile = profiler.profile(fn, workload.facts()) if profiler is not None else None
+    if profiler is None:
+        profile = None
+    elif getattr(profiler, "needs_spec", False):
+        profile = profiler.profile(fn, workload.facts(), spec)
+    else:
+        profile = profiler.profile(fn, workload.facts())
     phases["profile_s"] = time.perf_counter() - t2
     card = _card(source_card, profile.kernels if profile else [], timing, correctness, profile, workload,
                  label, environment, memory, memory_method, rules)

@@ -173,9 +173,15 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
              "role": "baseline", "report": report_path or "(shipped)"}
     baseline_fn = experiment.prepare(experiment.baseline_name, workload, {})
     tolerance = float(cfg["experiment"]["tolerance"]["max_rel"])
+    spec = {
+        "report": report_path, "card_id": card.id, "experiment_module": cfg["experiment"]["module"],
+        "device": ctx.device, "scale": scale, "seed": int(workload_cfg.get("seed", 0)),
+        "inputs_dir": (cfg.get("inputs") or {}).get("dir"), "attention": dict(workload_cfg.get("attention") or {}),
+        "cast": cast_cfg, "warmup": ctx.settings.warmup,
+    }
     base = measure(source_card=card, workload=workload, fn=baseline_fn, reference=None, tolerance=tolerance,
                    profiler=ctx.profiler, settings=ctx.settings, rules=ctx.rules, label=label,
-                   environment=ctx.environment)
+                   environment=ctx.environment, spec={**spec, "variant": experiment.baseline_name, "params": {}})
     ctx.account(base)
     reference = base.output
     base.card.extra["report_card"] = {"primary": card.primary, "summed_kernel_us": card.summed_kernel_us,
@@ -201,9 +207,10 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
             trial.set_user_attr("status", "skipped")
             trial.set_user_attr("reason", str(exc))
             raise optuna.TrialPruned(str(exc)) from None
+        accepted = _accepted(experiment.variants[variant], params)
         m = measure(source_card=card, workload=workload, fn=fn, reference=reference, tolerance=tolerance,
                     profiler=ctx.profiler, settings=ctx.settings, rules=ctx.rules, label=trial_label,
-                    environment=ctx.environment)
+                    environment=ctx.environment, spec={**spec, "variant": variant, "params": accepted})
         ctx.account(m)
         path = trials_dir / f"trial_{trial.number:04d}_{variant}.json"
         save_report(Report(cards=[m.card]), path)

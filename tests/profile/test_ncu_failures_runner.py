@@ -27,8 +27,8 @@ https://developer.nvidia.com/ERR_NVGPUCTRPERM
 COUNTERS_BUSY = """\
 ==ERROR== An error was reported by the driver:
 ==ERROR== Profiling failed because a driver resource was unavailable. Ensure that no other tool (like DCGM) \
-is concurrently collecting profiling data. See https://docs.nvidia.com/nsight-compute/ProfilingGuide/index.html#faq \
-for more details.
+is concurrently collecting profiling data. See \
+https://docs.nvidia.com/nsight-compute/ProfilingGuide/index.html#faq for more details.
 ==ERROR== Failed to profile "risk_battle_kernel" in process 7508
 ==PROF== Trying to shutdown target application
 ==ERROR== An error occurred while trying to profile.

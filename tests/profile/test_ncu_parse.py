@@ -36,8 +36,12 @@ NUMBA_KERNEL = (
     "copy_blocked[v1,cw51cXTLSUwv1sDUaKthrqNgqqmjgOR3W3CwAkMXLaJtQYkOIgxJU0gCqOkEJoHkbttqdVhoqlspQGNFHSgJ5BnXagIA]"
     "(Array<long long, 1, C, mutable, aligned>, Array<long long, 1, C, mutable, aligned>, long long)"
 )
-CUTLASS_KERNEL = "cutlass3x_sm100_tensorop_s64x256x32gemm_f8_f8_f32_f16_f16_64x256x128_1x1x1_0_tnn_align4_1sm_bias_f16_relu_aux_scalemax"
+CUTLASS_KERNEL = (
+    "cutlass3x_sm100_tensorop_s64x256x32gemm_f8_f8_f32_f16_f16_64x256x128_1x1x1_0_tnn_align4_1sm_"
+    "bias_f16_relu_aux_scalemax"
+)
 NVTX_HEADER = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+START_END_HEADER = "Id:Domain:Start/Stop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
 
 
 def read(path: Path) -> str:
@@ -215,13 +219,14 @@ def test_values_that_are_not_one_number_stay_text() -> None:
 def test_nvtx_push_pop_stack_from_the_raw_page_column() -> None:
     text = raw_page(
         [
-            ["0", "4242", nvtx_cell("harness:trial", "inner"), "k0", "1,000"],
-            ["1", "4242", nvtx_cell("step", domain="MyDomain"), "k1", "2,000"],
-            ["2", "4242", "4242  ", "k2", "3,000"],
+            ["0", "4242", nvtx_cell("harness:trial", "inner"), "k0", "", "1,000"],
+            ["1", "4242", nvtx_cell("step", domain="MyDomain"), "k1", "", "2,000"],
+            ["2", "4242", "4242  ", "k2", "", "3,000"],
         ],
-        {"gpu__time_duration.sum": "nsecond"},
+        {START_END_HEADER: "", "gpu__time_duration.sum": "nsecond"},
     )
     records = parse_text(text)
+    assert START_END_HEADER in records[0].attributes and START_END_HEADER not in records[0].values
     # The range name may itself contain ":"; the payload fields are split off from the right.
     assert records[0].nvtx_range == "harness:trial/inner"
     assert records[1].nvtx_range == "MyDomain@step"

@@ -34,8 +34,8 @@ _KNOWN: tuple[_Known, ...] = (
         "counter_permission",
         re.compile(r"ERR_NVGPUCTRPERM"),
         lambda m: (
-            "ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM): run it as root, or load "
-            "the nvidia driver with NVreg_RestrictProfilingToAdminUsers=0; in a container add --cap-add SYS_ADMIN"
+            "ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM): run it as root, or load the "
+            "nvidia driver with NVreg_RestrictProfilingToAdminUsers=0; in a container add --cap-add SYS_ADMIN"
         ),
     ),
     _Known(

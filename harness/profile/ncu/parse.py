@@ -30,6 +30,7 @@ REPORT = "report"  # a binary .ncu-rep read through the ncu_report module
 
 DEFAULT_NVTX_DOMAIN = "<default domain>"
 _NVTX_RANGE_FIELD = "Push/Pop_Range"
+_NVTX_START_END_FIELD = "Start/Stop_Range"  # process-wide ranges: kept as launch info, not grouped on
 _DETAILS_COLUMNS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
 _MISSING = frozenset({"", "n/a"})
 # Columns that describe the launch rather than measure it (the raw page's other columns are metrics,
@@ -185,10 +186,12 @@ def _nvtx_range(header_name: str, cell: str) -> str | None:
     itself contain ":".
     """
     layout = header_name.split(" ", 1)[-1].split(":")
+    if _NVTX_RANGE_FIELD not in layout:
+        raise NcuParseError(f"NVTX column {header_name!r} has no {_NVTX_RANGE_FIELD} field")
     trailing = len(layout) - layout.index(_NVTX_RANGE_FIELD) - 1
     ranges: list[tuple[str, str]] = []
     for entry in re.findall(r'"([^"]*)"', cell):
-        head = entry.rsplit(":", trailing)[0] if trailing else entry
+        head = entry.rsplit(":", trailing)[0]
         domain, sep, rng = head.partition(":")
         if not sep or not rng:
             raise NcuParseError(f"NVTX entry {entry!r} does not match the column layout {header_name!r}")
@@ -197,6 +200,7 @@ def _nvtx_range(header_name: str, cell: str) -> str | None:
 
 
 def _record_nvtx(header: list[str], row: list[str], columns: list[int]) -> str | None:
+    # Real outputs have at most one push/pop column; should a version print more, keep them all.
     paths = [path for i in columns if (path := _nvtx_range(header[i], row[i])) is not None]
     return ";".join(paths) if paths else None
 
@@ -219,7 +223,7 @@ def _parse_raw(header: list[str], rows: list[list[str]]) -> list[NcuKernelRecord
         for i, (name, cell) in enumerate(zip(header, row, strict=True)):
             if i in identity:
                 continue
-            if name in _LAUNCH_COLUMNS:
+            if name in _LAUNCH_COLUMNS or _NVTX_START_END_FIELD in name:
                 attributes[name] = cell
             else:
                 values[name] = (parse_value(cell), units[i].strip())
