@@ -119,6 +119,7 @@ def make_profiler(cfg: Mapping[str, Any], device: str) -> tuple[Profiler, list[s
 @dataclass
 class CardOutcome:
     card_id: str
+    report_card: Card
     baseline: Card
     best: Card | None
     best_variant: str | None
@@ -190,12 +191,14 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     base.card.extra["baseline_drift"] = drift
     save_report(Report(cards=[base.card]), trials_dir / "baseline.json")
 
-    space = dict(cfg["experiment"]["space"])
+    space = dict(cfg["experiment"].get("space") or {})
+    outcome = CardOutcome(card.id, card, base.card, None, None, {})
+    if not space and len(experiment.variants) == 1:
+        return outcome  # a baseline-only experiment: nothing to search
     validate_space(space, list(experiment.variants), experiment.name)
     plan = plan_search(space, cfg["search"])
     study_name = f"{experiment.name}:{card.id}"
     study = open_study(study_name, ctx.storage, plan.sampler, bool(cfg["search"].get("resume", False)))
-    outcome = CardOutcome(card.id, base.card, None, None, {})
 
     def objective(trial: optuna.Trial) -> float:
         variant, params = suggest(trial, space)
@@ -304,6 +307,15 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
     ]
     diff = ReportDiff(cards=diffs, only_before=[o.card_id for o in outcomes if o.best is None], only_after=[])
     write_json_atomic(ctx.run_dir / "diff.json", diff.as_dict())
+    reproduction = ReportDiff(
+        cards=[diff_cards(o.report_card, o.baseline, check="effective_flops",
+                          hypothesis="the re-profiled baseline reproduces the report's card")
+               for o in outcomes],
+        only_before=[], only_after=[],
+    )
+    _write_text(ctx.run_dir / "baseline_reproduction.md",
+                render_markdown(reproduction, "Baseline reproduction: the report's card vs the baseline "
+                                "re-profiled here (at the recorded workload scale)"))
     _write_text(ctx.run_dir / "diff.md", render_markdown(diff, f"{ctx.experiment.name}: baseline vs best"))
     _write_text(ctx.run_dir / "summary.md", render_summary(ctx, outcomes, diffs))
     return diff
@@ -324,8 +336,10 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list) ->
     for o in outcomes:
         base_t = (o.baseline.extra.get("timing") or {}).get("median_us")
         if o.best is None:
+            why = ("baseline only (see baseline_reproduction.md)" if len(ctx.experiment.variants) == 1
+                   else "no feasible variant")
             lines.append(f"| `{o.card_id}` | {base_t:.1f} | n/a | n/a | n/a | {o.baseline.primary} -> n/a | n/a | "
-                         "no feasible variant | n/a |")
+                         f"{why} | n/a |")
             continue
         d = by_card[o.card_id]
         err = o.best.extra.get("correctness", {}).get("max_rel")

@@ -31,15 +31,16 @@ def read_records(path: str | os.PathLike[str]) -> list[NcuKernelRecord]:
     """The kernels in an ncu report or CSV file, whichever it is."""
     target = Path(path)
     try:
-        data = target.read_bytes()
+        with target.open("rb") as handle:
+            binary = handle.read(len(_REPORT_MAGIC)) == _REPORT_MAGIC
+        data = None if binary or target.name.endswith(_REPORT_SUFFIXES) else target.read_bytes()
     except OSError as exc:
         raise NcuImportError(f"{target}: cannot read ({exc.strerror or exc})") from None
     try:
-        if target.name.endswith(_REPORT_SUFFIXES) or data.startswith(_REPORT_MAGIC):
+        if data is None:
             records = read_report(target)
         else:
-            text = data.decode("utf-8", errors="replace")
-            records = _records_from_text(text)
+            records = _records_from_text(data.decode("utf-8", errors="replace"))
     except NcuFailure as exc:
         raise NcuImportError(f"{target}: {exc}") from None
     except ValueError as exc:
