@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA = 1
+SCHEMA = 2  # 2: cpu_share recorded (caches without it may hide a busy measurement)
 MATMUL_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 _MIN_BW_BUFFER = 128 * 2**20
 _MAX_BW_BUFFER = 2**30

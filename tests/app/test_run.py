@@ -75,6 +75,7 @@ def test_bf16_infeasible_variant_is_never_best(tmp_path):
         (["experiment.tolerance.max_rel=-1"], "max_rel=-1"),
         (["report=/nonexistent.json"], "no such file"),
         (["device=cuda"], "no CUDA device"),
+        (["profiler=ncu"], "ncu not on PATH"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(tmp_path, overrides, message):

@@ -114,10 +114,11 @@ def test_refresh_measures_again_and_overwrites(counting_measure):
         "{not json",
         "",
         json.dumps([1, 2, 3]),
-        json.dumps({"schema": 1, "key": {}, "peaks": {"flops_per_s": {"float32": -1}}}),
+        json.dumps({"schema": cpu_peaks.SCHEMA, "key": {}, "peaks": {"flops_per_s": {"float32": -1}}}),
         "\x00\xff garbage",
+        json.dumps({"schema": 1, "key": {}, "peaks": {}}),
     ],
-    ids=["truncated", "empty", "wrong-type", "negative-peak", "binary"],
+    ids=["truncated", "empty", "wrong-type", "negative-peak", "binary", "old-schema"],
 )
 def test_corrupt_cache_is_remeasured_with_a_warning(counting_measure, content):
     path = cpu_peaks.cache_path()
@@ -135,7 +136,7 @@ def test_cache_for_another_machine_key_is_not_trusted(counting_measure):
     other.torch_threads = other.torch_threads + 7
     path = cpu_peaks.cache_path()
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"schema": 1, "key": other.key(), "peaks": other.as_dict()}))
+    path.write_text(json.dumps({"schema": cpu_peaks.SCHEMA, "key": other.key(), "peaks": other.as_dict()}))
     with pytest.warns(RuntimeWarning):
         got = get_cpu_peaks()
     assert got.flops_per_s["float32"] == 1e11

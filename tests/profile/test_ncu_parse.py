@@ -77,7 +77,7 @@ def test_raw_page_rows_units_and_instanced_values() -> None:
     assert first.values["dram__bytes_per_sec"] == (2917647058.82, "byte/second")
     assert first.values["launch__registers_per_thread"] == (8.0, "register/thread")
     # Instanced values stay text; old metric names without "__" are still metrics, not launch info.
-    assert first.values["inst_executed"][0].startswith("32.00; 32.00; ")
+    assert str(first.values["inst_executed"][0]).startswith("32.00; 32.00; ")
     assert first.values["inst_executed"][1] == "inst"
     assert first.attributes["Process Name"] == "vectoradd_l1_enabled"
     assert first.attributes["Kernel Time"] == "2023-Oct-01 02:39:05"
@@ -98,7 +98,9 @@ def test_raw_page_report_fields_in_report_units() -> None:
     # This Pascal-era page has no sm__throughput / lts__ metrics: those fields stay unknown.
     assert metrics["sm_pct"] is None and metrics["l2_pct"] is None and metrics["tensor_pct"] is None
     # cycles / duration is the GPC clock: 5774 / 2.72 us = 2123 MHz, ncu's gpc__frequency 2.12 GHz.
-    assert metrics["cycles_elapsed"] / metrics["dur_us"] == pytest.approx(2122.5, abs=1)
+    cycles, duration = metrics["cycles_elapsed"], metrics["dur_us"]
+    assert cycles is not None and duration is not None
+    assert cycles / duration == pytest.approx(2122.5, abs=1)
     assert report_metrics(third)["dram_read_mb"] == pytest.approx(0.002176)
 
 

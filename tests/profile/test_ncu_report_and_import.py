@@ -72,7 +72,9 @@ def test_real_report_through_the_ncu_report_module() -> None:
     assert rng["regs"] == 107.0 and rng["grid"] == 1220.0 and rng["block"] == 128.0
     assert rng["occ_limit_regs"] == 4.0 and rng["tensor_pct"] is None
     # GPC clock = cycles / duration: 1442 MHz on this RTX 3080, a plausible SM clock.
-    assert rng["cycles_elapsed"] / rng["dur_us"] == pytest.approx(1442.3, abs=0.5)
+    cycles, duration = rng["cycles_elapsed"], rng["dur_us"]
+    assert cycles is not None and duration is not None
+    assert cycles / duration == pytest.approx(1442.3, abs=0.5)
     assert value["dur_us"] == pytest.approx(7597.056)
     assert value["smem_dyn_kb"] == pytest.approx(0.512)  # 512 byte/block
     assert value["l2_hit_pct"] == pytest.approx(99.207, abs=1e-3)
@@ -170,7 +172,7 @@ def test_every_csv_format_imports(path: Path) -> None:
         assert card.stage == "imported" and card.group == f"ncu:{card.op}" and card.shape_parameters == {}
         assert card.primary is None and card.status is None
         for kernel in card.kernels:
-            assert list(kernel.metrics) == list(METRIC_FIELDS)
+            assert kernel.metrics is not None and list(kernel.metrics) == list(METRIC_FIELDS)
             assert kernel.extra["metrics_source"] == SOURCE_NCU
             assert kernel.classification is None
 
@@ -187,7 +189,7 @@ def test_details_page_card_values() -> None:
     (card,) = cards_from_ncu(DETAILS_SM75)
     assert card.op.startswith("copy_blocked[v1,") and card.op.endswith("long long)")
     assert card.summed_kernel_us == pytest.approx(21058.944)
-    assert card.kernels[0].metrics["dram_pct"] == 61.84
+    assert card.kernels[0].metric("dram_pct") == 61.84
 
 
 def test_cards_per_nvtx_range(tmp_path: Path) -> None:
@@ -210,7 +212,7 @@ def test_cards_per_nvtx_range(tmp_path: Path) -> None:
     ]
     assert conv.summed_kernel_us == pytest.approx(6.9)
     assert conv.dominant_kernel == "sm90_xmma_fprop_implicit_gemm"
-    assert conv.kernels[0].metrics["dram_read_mb"] == 1.0
+    assert conv.kernels[0].metric("dram_read_mb") == 1.0
     assert (cast.op, loose.op) == ("cast", "warmup_kernel")
     by_kernel = cards_from_ncu(path, group_by="kernel")
     assert [c.op for c in by_kernel] == [

@@ -104,7 +104,8 @@ def test_stall_request_pattern_and_reader_agree_on_real_names() -> None:
     for name in REAL_STALL_NAMES:
         assert requested.match(name)
         assert STALL_METRIC.match(name)
-    assert STALL_METRIC.match(REAL_STALL_NAMES[1]).group("reason") == "no_instruction"
+    reason = STALL_METRIC.match(REAL_STALL_NAMES[1])
+    assert reason is not None and reason.group("reason") == "no_instruction"
     assert not STALL_METRIC.match("smsp__pcsamp_warps_issue_stalled_long_scoreboard")
     assert set(CACHE_BYTES_METRICS) == {"l1tex_mb", "lts_mb"}
 
