@@ -161,11 +161,6 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(render_markdown(diff), encoding="utf-8")
-    if args.html:
-        from harness.cards.html import render_html
-
-        Path(args.html).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.html).write_text(render_html(diff), encoding="utf-8")
     if args.json:
         print(json.dumps(diff.as_dict(), indent=1))
     else:
@@ -215,7 +210,6 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("after")
     diff.add_argument("--json", action="store_true")
     diff.add_argument("--out", help="also write the Markdown diff to this file")
-    diff.add_argument("--html", help="also write a self-contained HTML diff to this file")
     diff.set_defaults(run=_cmd_diff)
 
     imp = sub.add_parser("import-ncu", help="turn an ncu output (.ncu-rep, raw or details CSV) into cards")

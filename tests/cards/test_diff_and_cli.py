@@ -129,3 +129,17 @@ def test_module_entry_point_exits_2_without_traceback(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "no such file" in proc.stderr
+
+
+def test_cli_import_ncu_makes_classified_cards(tmp_path, capsys):
+    from pathlib import Path
+
+    sample = Path(__file__).resolve().parents[1] / "fixtures" / "ncu" / "details_page_thousands_separators_sm75.csv"
+    out = tmp_path / "imported.json"
+    assert main(["import-ncu", str(sample), "--out", str(out), "--group-by", "kernel"]) == 0
+    report = json.loads(out.read_text())
+    assert report["cards"] and sum(report["summary"].values()) == len(report["cards"])
+    kernel = report["cards"][0]["kernels"][0]
+    assert kernel["metrics"]["dur_us"] == pytest.approx(21058.944)
+    assert kernel["classification"] is not None and kernel["metrics_source"] == "ncu"
+    assert main(["import-ncu", str(tmp_path / "missing.csv")]) == 2
