@@ -8,7 +8,6 @@ what it finished.
 
 from __future__ import annotations
 
-import copy
 import inspect
 import logging
 import time
@@ -18,7 +17,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import optuna
-import torch
 from tqdm import tqdm
 
 from harness.cards.diff import diff_cards, render_markdown, ReportDiff
@@ -26,11 +24,10 @@ from harness.cards.lint import lint_report
 from harness.cards.model import Card, Report, load_report, save_report, write_json_atomic
 from harness.cards.rules import RuleSet, class_counts, classify_report, rules_text
 from harness.environment import describe_environment, resolve_device
-from harness.experiment import Experiment, ExperimentError, VariantSkipped, load_experiment
+from harness.experiment import Experiment, VariantSkipped, load_experiment
 from harness.measure import Measurement, TimingSettings, measure, time_callable
 from harness.profile.base import Profiler, ProfilerUnavailable
 from harness.search import (
-    SearchError,
     best_feasible,
     open_study,
     plan_search,

@@ -365,7 +365,7 @@ def render_markdown(diff: ReportDiff, title: str = "Before/after card diff") -> 
         )
     lines.append("")
     lines.append(
-        f"Time verdict: SAME when the median change is within max(5%, the two relative spreads); "
+        "Time verdict: SAME when the median change is within max(5%, the two relative spreads); "
         "times are timing medians when both cards carry them, else kernel-duration sums."
     )
     for d in diff.cards:

@@ -266,7 +266,7 @@ class _Shape:
             return None
         value = obj[key]
         if value is None:
-            if required and kinds != ():
+            if required:
                 raise self.fail(f"field {key!r} is null")
             return None
         if float in kinds and _is_number(value):

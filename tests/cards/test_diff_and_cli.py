@@ -8,7 +8,7 @@ import pytest
 from harness.cards.cli import main
 from harness.cards.diff import diff_cards, kernel_family
 from harness.cards.lint import normalize
-from harness.cards.model import Kernel, parse_report, save_report
+from harness.cards.model import save_report
 from harness.cards.noise import timing_verdict
 from harness.cards.rules import classify_card
 
