@@ -10,6 +10,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from harness.cards.diff import card_time_us
 from harness.cards.model import ReportError
 from harness.experiment import ExperimentError
 from harness.run import RunError, execute
@@ -45,7 +46,7 @@ def app(cfg: DictConfig) -> float | None:
           f"(set-up {phases['setup_s']:.1f} s, profiling {phases['profiling_s']:.1f} s, rest bookkeeping)")
     print((run_dir / "summary.md").read_text(encoding="utf-8"))
     print(f"outputs: {run_dir}  (summary.md, diff.md, diff.json, baseline.json, best.json, trials/, optuna.db)")
-    speedups = [o.baseline.extra["timing"]["median_us"] / o.best.extra["timing"]["median_us"]
+    speedups = [card_time_us(o.baseline) / card_time_us(o.best)
                 for o in outcomes if o.best is not None]
     return min(speedups) if speedups else None
 

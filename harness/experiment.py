@@ -2,8 +2,11 @@
 
 An experiment module in `experiments/` creates one `Experiment` and registers small functions on it,
 TritonBench style. Each variant takes the card's built workload (inputs already made, nothing timed)
-plus its Optuna parameters, and returns the callable that is timed and profiled. A variant that
-cannot run here raises `VariantSkipped` with the reason, which the summary shows.
+plus its Optuna parameters, and returns the callable that is timed and profiled, or a `Prepared`
+when it has more to say (several original calls batched into one, FLOPs executed beyond the nominal
+ones, an expected output of its own, facts for the card). A variant that cannot run here raises
+`VariantSkipped` with the reason, which the summary shows. An optional `annotate` hook adds the
+experiment's own evidence to every measured card (achieved TFLOP/s, bandwidth bound, warp stalls).
 """
 
 from __future__ import annotations
@@ -16,7 +19,25 @@ import torch
 
 from harness.workloads.base import Workload
 
-VariantFn = Callable[..., Callable[[], torch.Tensor]]
+
+
+@dataclass
+class Prepared:
+    """A variant ready to time: the callable and what the card must know about it."""
+
+    fn: Callable[[], torch.Tensor]
+    calls: int = 1  # original calls of the op one invocation performs (batching); time is per call
+    executed_flops: float | None = None  # FLOPs the kernels execute, padding to tiles included
+    expected: torch.Tensor | None = None  # what fn must return when it is not the baseline's output
+    facts: dict[str, Any] = field(default_factory=dict)  # configuration and evidence shown on the card
+
+    def __post_init__(self) -> None:
+        if self.calls < 1:
+            raise ExperimentError(f"Prepared.calls={self.calls}: must be at least 1")
+
+
+VariantFn = Callable[..., "Callable[[], torch.Tensor] | Prepared"]
+AnnotateFn = Callable[[Any, Workload], None]  # (measured Card, its Workload) -> None, edits card.extra
 
 
 class VariantSkipped(RuntimeError):
@@ -35,8 +56,18 @@ class Experiment:
     check: str  # a harness.cards.diff.CHECKS name
     classes: tuple[str, ...] = ()  # bottleneck classes whose counter-experiment this tests
     workload_dtype: str = "float32"  # dtype the baseline's inputs are built in
+    # What outputs are checked against: "baseline" (the baseline variant's output) or "exact" (the
+    # workload's float64 recomputation, e.g. attention over the valid keys only).
+    reference: str = "baseline"
+    # ncu metric set this experiment needs (harness.profile.ncu.metrics); None: the profiler's own.
+    metric_set: str | None = None
     variants: dict[str, VariantFn] = field(default_factory=dict)
     baseline_name: str | None = None
+    annotate_fn: AnnotateFn | None = None
+
+    def __post_init__(self) -> None:
+        if self.reference not in ("baseline", "exact"):
+            raise ExperimentError(f"{self.name}: reference={self.reference!r}; use 'baseline' or 'exact'")
 
     def variant(self, fn: VariantFn) -> VariantFn:
         if fn.__name__ in self.variants:
@@ -50,12 +81,19 @@ class Experiment:
         self.baseline_name = fn.__name__
         return self.variant(fn)
 
-    def prepare(self, variant: str, workload: Workload, params: dict[str, Any]) -> Callable[[], torch.Tensor]:
+    def annotate(self, fn: AnnotateFn) -> AnnotateFn:
+        if self.annotate_fn is not None:
+            raise ExperimentError(f"{self.name}: annotate registered twice")
+        self.annotate_fn = fn
+        return fn
+
+    def prepare(self, variant: str, workload: Workload, params: dict[str, Any]) -> Prepared:
         if variant not in self.variants:
             raise ExperimentError(
                 f"{self.name}: unknown variant {variant!r}; registered: {', '.join(self.variants)}"
             )
-        return self.variants[variant](workload, **params)
+        made = self.variants[variant](workload, **params)
+        return made if isinstance(made, Prepared) else Prepared(made)
 
     def applies_to(self, op_kind: str) -> bool:
         return op_kind in self.op_kinds

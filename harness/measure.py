@@ -18,6 +18,7 @@ import torch
 
 from harness.cards.model import Card
 from harness.cards.rules import RuleSet, classify_card
+from harness.experiment import Prepared
 from harness.profile.base import Profile, Profiler
 from harness.profile.timing import TimingResult, time_cpu
 from harness.workloads.base import Workload
@@ -85,6 +86,27 @@ def peak_memory_bytes(fn: Callable[[], Any], device: str) -> tuple[int, str]:
     return max(peak[0] - base, 0), "RSS growth sampled every 0.5 ms"
 
 
+def variant_facts(prepared: Prepared, workload: Workload, timing: TimingResult | None) -> dict[str, Any]:
+    """Per original call: time, nominal and executed FLOPs, achieved throughput; plus the variant's facts.
+
+    A batched variant does `calls` original calls per invocation, so its time per call is what the
+    before/after diff compares. Achieved TFLOP/s counts nominal FLOPs only: padding is not work.
+    """
+    calls = prepared.calls
+    out: dict[str, Any] = {"calls": calls, "nominal_flops_per_call": workload.flops or None}
+    if prepared.executed_flops is not None:
+        out["executed_flops"] = prepared.executed_flops
+        if workload.flops:
+            out["executed_over_nominal"] = prepared.executed_flops / (workload.flops * calls)
+    if timing is not None:
+        per_call = timing.median_us / calls
+        out["per_call_us"] = per_call
+        if workload.flops:
+            out["achieved_tflops"] = workload.flops / per_call / 1e6
+    out.update(prepared.facts)
+    return out
+
+
 @dataclass
 class TimingSettings:
     warmup: int = 2
@@ -116,7 +138,7 @@ def measure(
     *,
     source_card: Card,
     workload: Workload,
-    fn: Callable[[], torch.Tensor],
+    prepared: Prepared,
     reference: torch.Tensor | None,
     tolerance: float,
     profiler: Profiler | None,
@@ -126,23 +148,27 @@ def measure(
     environment: dict[str, Any],
     spec: dict[str, Any] | None = None,
 ) -> Measurement:
-    """Run `fn` for correctness, time it, profile it, and build its classified card.
+    """Run the prepared variant for correctness, time it, profile it, and build its classified card.
 
-    `reference` is the baseline's output (None when measuring the baseline itself, which is then its
-    own reference); the correctness check runs before anything is timed, so a wrong variant costs
-    one call. `spec` rebuilds the trial in another process, for profilers that need one (ncu).
+    `reference` is what the output must match: the baseline's output, or the experiment's exact
+    reference; None when measuring the baseline against itself. A `Prepared.expected` takes its
+    place (a batched variant returns more rows than one call). The correctness check runs before
+    anything is timed, so a wrong variant costs one call. `spec` rebuilds the trial in another
+    process, for profilers that need one (ncu).
     """
+    fn = prepared.fn
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
     output = fn()
     if workload.device.startswith("cuda"):
         torch.cuda.synchronize()
-    correctness = check_output(output, output if reference is None else reference, tolerance)
+    expected = prepared.expected if prepared.expected is not None else reference
+    correctness = check_output(output, output if expected is None else expected, tolerance)
     memory, memory_method = peak_memory_bytes(fn, workload.device)
     phases["setup_s"] = time.perf_counter() - t0
     if not correctness.feasible:
-        card = _card(source_card, [], None, correctness, None, workload, label, environment, memory,
-                     memory_method, rules)
+        card = _card(source_card, [], None, correctness, None, workload, prepared, label, environment,
+                     memory, memory_method, rules)
         return Measurement(card, None, correctness, output, None, phases)
     t1 = time.perf_counter()
     timing = time_callable(fn, workload.device, settings)
@@ -156,7 +182,7 @@ def measure(
         profile = profiler.profile(fn, workload.facts())
     phases["profile_s"] = time.perf_counter() - t2
     card = _card(source_card, profile.kernels if profile else [], timing, correctness, profile, workload,
-                 label, environment, memory, memory_method, rules)
+                 prepared, label, environment, memory, memory_method, rules)
     return Measurement(card, timing, correctness, output, profile, phases)
 
 
@@ -167,6 +193,7 @@ def _card(
     correctness: Correctness,
     profile: Profile | None,
     workload: Workload,
+    prepared: Prepared,
     label: dict[str, Any],
     environment: dict[str, Any],
     memory: int,
@@ -194,6 +221,7 @@ def _card(
             "peaks": profile.peaks if profile else None,
             "profiler_settings": profile.settings if profile else None,
             "profiler_notes": profile.notes if profile else [],
+            "variant": variant_facts(prepared, workload, timing),
         }
     )
     card.keys = ()

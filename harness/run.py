@@ -169,19 +169,22 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     trials_dir = ctx.run_dir / "trials" / card.id
     label = {"experiment": experiment.name, "variant": experiment.baseline_name, "params": {},
              "role": "baseline", "report": report_path or "(shipped)"}
-    baseline_fn = experiment.prepare(experiment.baseline_name, workload, {})
+    baseline = experiment.prepare(experiment.baseline_name, workload, {})
+    baseline_fn = baseline.fn
     tolerance = float(cfg["experiment"]["tolerance"]["max_rel"])
+    exact = workload.reference() if experiment.reference == "exact" else None
     spec = {
         "report": report_path, "card_id": card.id, "experiment_module": cfg["experiment"]["module"],
         "device": ctx.device, "scale": scale, "seed": int(workload_cfg.get("seed", 0)),
         "inputs_dir": (cfg.get("inputs") or {}).get("dir"), "attention": dict(workload_cfg.get("attention") or {}),
         "cast": cast_cfg, "warmup": ctx.settings.warmup,
     }
-    base = measure(source_card=card, workload=workload, fn=baseline_fn, reference=None, tolerance=tolerance,
+    base = measure(source_card=card, workload=workload, prepared=baseline, reference=exact, tolerance=tolerance,
                    profiler=ctx.profiler, settings=ctx.settings, rules=ctx.rules, label=label,
                    environment=ctx.environment, spec={**spec, "variant": experiment.baseline_name, "params": {}})
     ctx.account(base)
-    reference = base.output
+    annotate(experiment, base.card, workload)
+    reference = base.output if exact is None else exact
     base.card.extra["report_card"] = {"primary": card.primary, "summed_kernel_us": card.summed_kernel_us,
                                       "dominant_kernel": card.dominant_kernel}
     drift: list[dict[str, Any]] = []
@@ -202,16 +205,18 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
         trial.set_user_attr("variant", variant)
         trial_label = {**label, "variant": variant, "params": params, "role": "trial", "trial": trial.number}
         try:
-            fn = experiment.prepare(variant, workload, _accepted(experiment.variants[variant], params))
+            prepared = experiment.prepare(variant, workload, _accepted(experiment.variants[variant], params))
         except VariantSkipped as exc:
             trial.set_user_attr("status", "skipped")
             trial.set_user_attr("reason", str(exc))
             raise optuna.TrialPruned(str(exc)) from None
         accepted = _accepted(experiment.variants[variant], params)
-        m = measure(source_card=card, workload=workload, fn=fn, reference=reference, tolerance=tolerance,
-                    profiler=ctx.profiler, settings=ctx.settings, rules=ctx.rules, label=trial_label,
-                    environment=ctx.environment, spec={**spec, "variant": variant, "params": accepted})
+        m = measure(source_card=card, workload=workload, prepared=prepared, reference=reference,
+                    tolerance=tolerance, profiler=ctx.profiler, settings=ctx.settings, rules=ctx.rules,
+                    label=trial_label, environment=ctx.environment,
+                    spec={**spec, "variant": variant, "params": accepted})
         ctx.account(m)
+        annotate(experiment, m.card, workload)
         path = trials_dir / f"trial_{trial.number:04d}_{variant}.json"
         save_report(Report(cards=[m.card]), path)
         trial.set_user_attr("card", str(path))
@@ -224,7 +229,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
             warmup=1, min_repeats=3, budget_s=float(cfg["timing"]["drift_budget_s"])))
         drift.append({"after_trial": trial.number, "median_us": again.median_us})
         assert m.timing is not None
-        return m.timing.median_us
+        return m.timing.median_us / prepared.calls
 
     todo = remaining_trials(study, plan.n_trials)
     if todo:
@@ -250,11 +255,17 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
         outcome.best, outcome.best_variant = best_card, best.user_attrs.get("variant")
         outcome.best_params = {k.split(".", 1)[-1]: v for k, v in best.params.items() if k != "variant"}
         best_fn = experiment.prepare(outcome.best_variant, workload,
-                                     _accepted(experiment.variants[outcome.best_variant], outcome.best_params))
+                                     _accepted(experiment.variants[outcome.best_variant], outcome.best_params)).fn
         confirm(ctx, base.card, baseline_fn, best_card, best_fn)
         save_report(Report(cards=[base.card]), trials_dir / "baseline.json")
         save_report(Report(cards=[best_card]), trials_dir / "best.json")
     return outcome
+
+
+def annotate(experiment: Experiment, card: Card, workload: Any) -> None:
+    """The experiment's own evidence on a measured card; an infeasible card (never timed) gets none."""
+    if experiment.annotate_fn is not None and card.extra.get("timing") is not None:
+        experiment.annotate_fn(card, workload)
 
 
 def confirm(ctx: RunContext, base_card: Card, base_fn: Any, best_card: Card, best_fn: Any) -> None:
@@ -386,7 +397,10 @@ def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[Car
     except ValueError as exc:
         raise RunError(str(exc)) from None
     try:
-        profiler, notes = make_profiler(cfg.get("profiler") or {}, device)
+        profiler_cfg = dict(cfg.get("profiler") or {})
+        if experiment.metric_set:
+            profiler_cfg["metric_set"] = experiment.metric_set
+        profiler, notes = make_profiler(profiler_cfg, device)
     except ProfilerUnavailable as exc:
         raise RunError(str(exc)) from None
     for note in notes:

@@ -57,16 +57,24 @@ def kernel_family(name: str) -> str:
     return "_".join(kept) or base
 
 
+def calls_per_invocation(card: Card) -> int:
+    """How many of the op's original calls one measured invocation performed (batching variants)."""
+    variant = card.extra.get("variant")
+    calls = variant.get("calls") if isinstance(variant, dict) else None
+    return int(calls) if isinstance(calls, int) and calls >= 1 else 1
+
+
 def card_time_us(card: Card, prefer_timing: bool = True) -> float | None:
-    """The card's time: the harness's timing median when asked and present, else the kernel sum."""
+    """Time per original call: the harness's timing median when asked and present, else the kernel sum."""
+    calls = calls_per_invocation(card)
     timing = card.extra.get("timing")
     if prefer_timing and isinstance(timing, dict) and isinstance(timing.get("median_us"), (int, float)):
-        return float(timing["median_us"])
+        return float(timing["median_us"]) / calls
     if card.summed_kernel_us is not None:
-        return float(card.summed_kernel_us)
+        return float(card.summed_kernel_us) / calls
     durations = [k.metric("dur_us") for k in card.kernels]
     known = [d for d in durations if d is not None]
-    return sum(known) if known else None
+    return sum(known) / calls if known else None
 
 
 def _spread(card: Card) -> float | None:
@@ -75,20 +83,31 @@ def _spread(card: Card) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
+def _kernel_value(kernel: Kernel, name: str) -> float | None:
+    """A report metric, else a counter a richer ncu metric set collected (stall_*, l1tex_mb, lts_mb)."""
+    value = kernel.metric(name)
+    if value is not None:
+        return value
+    counters = kernel.extra.get("ncu_counters")
+    found = counters.get(name) if isinstance(counters, dict) else None
+    return float(found) if isinstance(found, (int, float)) else None
+
+
 def _sum_metric(card: Card, *names: str) -> float | None:
+    """An additive metric (time, bytes) summed over the kernels, per original call of the op."""
     total, seen = 0.0, False
     for kernel in card.kernels:
         for name in names:
-            value = kernel.metric(name)
+            value = _kernel_value(kernel, name)
             if value is not None:
                 total += value
                 seen = True
-    return total if seen else None
+    return total / calls_per_invocation(card) if seen else None
 
 
 def _dominant_metric(card: Card, name: str) -> float | None:
     top = dominant(card.kernels)
-    return top.metric(name) if top else None
+    return _kernel_value(top, name) if top else None
 
 
 def _families(kernels: Iterable[Kernel]) -> dict[str, float]:
@@ -143,9 +162,9 @@ def _check_effective_flops(diff: "CardDiff", before: Card, after: Card) -> tuple
 
 
 def _check_lts_bytes(diff: "CardDiff", before: Card, after: Card) -> tuple[str, str]:
-    b, a = _sum_metric(before, "lts_bytes_mb"), _sum_metric(after, "lts_bytes_mb")
+    b, a = _sum_metric(before, "lts_mb"), _sum_metric(after, "lts_mb")
     if b is None or a is None:
-        return NOT_MEASURABLE, "lts bytes not collected (profile with the report+stalls metric set)"
+        return NOT_MEASURABLE, "lts bytes not collected (profile with the report+bytes ncu metric set)"
     holds = a < b and diff.timing_verdict == "FASTER"
     return (YES if holds else NO), f"lts bytes {b:.3f} -> {a:.3f} MB, time {diff.timing_verdict}"
 
@@ -206,7 +225,7 @@ CHECKS: dict[str, Check] = {
     "effective_flops": Check(
         "effective_flops", "effective TFLOP/s rises at the same nominal FLOPs", ("sm_pct", "tensor_pct", "dur_us"),
         _check_effective_flops),
-    "lts_bytes": Check("lts_bytes", "lts bytes fall with time", ("l2_pct", "lts_bytes_mb", "dur_us"),
+    "lts_bytes": Check("lts_bytes", "lts bytes fall with time", ("l2_pct", "lts_mb", "dur_us"),
                        _check_lts_bytes),
     "waves_and_duration": Check(
         "waves_and_duration", "waves rise and duration falls", ("waves", "sm_cycles_active", "cycles_elapsed",

@@ -27,7 +27,7 @@ def run_trial(spec: dict) -> None:
         attention=AttentionConfig(**spec.get("attention", {})), cast=CastConfig(**spec.get("cast", {})),
         resolution=card.resolution,
     )
-    fn = experiment.prepare(spec["variant"], workload, spec.get("params", {}))
+    fn = experiment.prepare(spec["variant"], workload, spec.get("params", {})).fn
     for _ in range(int(spec.get("warmup", 2))):
         fn()
     torch.cuda.synchronize()
