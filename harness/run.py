@@ -8,6 +8,7 @@ what it finished.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import time
@@ -19,13 +20,14 @@ from typing import Any, Mapping
 import optuna
 from tqdm import tqdm
 
-from harness.cards.diff import diff_cards, render_markdown, ReportDiff
+from harness.cards.diff import CardDiff, ReportDiff, card_time_us, diff_cards, render_markdown
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, Report, load_report, save_report, write_json_atomic
 from harness.cards.rules import RuleSet, class_counts, classify_report, rules_text
 from harness.environment import describe_environment, resolve_device
 from harness.experiment import Experiment, VariantSkipped, load_experiment
 from harness.measure import Measurement, TimingSettings, measure, time_callable
+from harness.overview import CardResult, render_end_to_end
 from harness.profile.base import Profiler, ProfilerUnavailable
 from harness.search import (
     best_feasible,
@@ -47,36 +49,37 @@ class RunError(ValueError):
     """Bad configuration or input found before measuring; one line, with the fix."""
 
 
-def select_cards(report: Report, selector: Any, experiment: Experiment, defaults: list[str] | None) -> list[Card]:
-    """Cards by id list, by filter {stage, op, op_kind, resolution}, or the experiment's defaults."""
-    if selector is None:
-        selector = list(defaults) if defaults else {}
+def pick_cards(report: Report, selector: Any) -> list[Card]:
+    """Cards by id (a string or a list of ids) or by a filter {stage, op, op_kind, resolution}."""
     if isinstance(selector, str):
         selector = [selector]
     if isinstance(selector, (list, tuple)):
         try:
-            cards = [report.card(str(card_id)) for card_id in selector]
+            return [report.card(str(card_id)) for card_id in selector]
         except Exception as exc:
             raise RunError(str(exc)) from None
-    elif isinstance(selector, Mapping):
+    if isinstance(selector, Mapping):
         allowed = {"stage", "op", "op_kind", "resolution"}
         unknown = set(selector) - allowed
         if unknown:
             raise RunError(f"cards filter: unknown key(s) {sorted(unknown)}; use {sorted(allowed)} or a list of ids")
-        cards = [
-            c for c in report.cards
-            if all(str(getattr(c, key)) == str(value) for key, value in selector.items())
-        ]
-    else:
-        raise RunError(f"cards={selector!r}: give a list of card ids or a filter like {{stage: vae}}")
+        return [c for c in report.cards if all(str(getattr(c, key)) == str(value) for key, value in selector.items())]
+    raise RunError(f"cards={selector!r}: give a list of card ids or a filter like {{stage: vae}}")
+
+
+def select_cards(report: Report, selector: Any, experiment: Experiment, defaults: list[str] | None) -> list[Card]:
+    """`pick_cards`, or the experiment's defaults; every card must be of an op kind the experiment takes."""
+    if selector is None:
+        selector = list(defaults) if defaults else {}
+    cards = pick_cards(report, selector)
+    by_id = isinstance(selector, (list, tuple, str))
     wrong = [c.id for c in cards if not experiment.applies_to(c.op_kind)]
-    if wrong:
+    if wrong and by_id:
         raise RunError(
             f"experiment {experiment.name} applies to {', '.join(experiment.op_kinds)} cards; "
             f"not to {', '.join(wrong[:3])}"
         )
-    if not isinstance(selector, (list, tuple)):
-        cards = [c for c in cards if experiment.applies_to(c.op_kind)]
+    cards = [c for c in cards if experiment.applies_to(c.op_kind)]
     if not cards:
         raise RunError(f"cards={selector!r} selects no card this experiment applies to; "
                        "list them with `python -m harness.cards show`")
@@ -140,6 +143,7 @@ class RunContext:
     storage: str
     phases: dict[str, float] = field(default_factory=lambda: {"measurement_s": 0.0, "profiling_s": 0.0,
                                                                   "setup_s": 0.0})
+    diff: ReportDiff | None = None  # the latest before/after diff written
 
     def account(self, m: Measurement) -> None:
         self.phases["measurement_s"] += m.seconds.get("timing_s", 0.0)
@@ -301,6 +305,10 @@ def _report(cards: list[Card], rules: RuleSet, scope: str) -> Report:
                   summary=summary, by_stage=by_stage, scope=scope)
 
 
+def _baseline_only(experiment: Experiment) -> bool:
+    return len(experiment.variants) == 1
+
+
 def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
     scope = (f"harness {ctx.experiment.name} on {ctx.environment.get('device_name')}; metrics from "
              f"{ctx.profiler.name}; workload scale recorded per card")
@@ -308,12 +316,19 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
     bests = [o.best for o in outcomes if o.best is not None]
     save_report(_report(baselines, ctx.rules, scope), ctx.run_dir / "baseline.json")
     save_report(_report(bests, ctx.rules, scope), ctx.run_dir / "best.json")
-    diffs = [
-        diff_cards(o.baseline, o.best, check=ctx.experiment.check, hypothesis=ctx.experiment.hypothesis,
-                   threshold=float(ctx.cfg["timing"]["threshold"]))
-        for o in outcomes if o.best is not None
-    ]
-    diff = ReportDiff(cards=diffs, only_before=[o.card_id for o in outcomes if o.best is None], only_after=[])
+    threshold = float(ctx.cfg["timing"]["threshold"])
+    if _baseline_only(ctx.experiment):
+        # Nothing to search: the experiment's check is judged on the report's card vs its re-profile.
+        diffs = [diff_cards(o.report_card, o.baseline, check=ctx.experiment.check,
+                            hypothesis=ctx.experiment.hypothesis, threshold=threshold) for o in outcomes]
+        title = f"{ctx.experiment.name}: the report's card vs its re-profile here"
+        diff = ReportDiff(cards=diffs, only_before=[], only_after=[])
+    else:
+        diffs = [diff_cards(o.baseline, o.best, check=ctx.experiment.check, hypothesis=ctx.experiment.hypothesis,
+                            threshold=threshold) for o in outcomes if o.best is not None]
+        title = f"{ctx.experiment.name}: baseline vs best"
+        diff = ReportDiff(cards=diffs, only_before=[o.card_id for o in outcomes if o.best is None], only_after=[])
+    ctx.diff = diff
     write_json_atomic(ctx.run_dir / "diff.json", diff.as_dict())
     reproduction = ReportDiff(
         cards=[diff_cards(o.report_card, o.baseline, check="effective_flops",
@@ -324,9 +339,27 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
     _write_text(ctx.run_dir / "baseline_reproduction.md",
                 render_markdown(reproduction, "Baseline reproduction: the report's card vs the baseline "
                                 "re-profiled here (at the recorded workload scale)"))
-    _write_text(ctx.run_dir / "diff.md", render_markdown(diff, f"{ctx.experiment.name}: baseline vs best"))
+    _write_text(ctx.run_dir / "diff.md", render_markdown(diff, title))
     _write_text(ctx.run_dir / "summary.md", render_summary(ctx, outcomes, diffs))
     return diff
+
+
+def card_results(experiment: Experiment, outcomes: list[CardOutcome], diffs: list[CardDiff]) -> list[CardResult]:
+    """The run's findings per report card, for the end-to-end view (baseline-only runs find no speedup)."""
+    by_card = {d.card: d for d in diffs}
+    return [
+        CardResult(card=o.report_card, experiment=experiment.name,
+                   variant="baseline only" if _baseline_only(experiment) else _variant_label(o),
+                   diff=None if _baseline_only(experiment) else by_card.get(o.card_id))
+        for o in outcomes
+    ]
+
+
+def _variant_label(o: CardOutcome) -> str | None:
+    if o.best_variant is None:
+        return None
+    params = ", ".join(f"{k}={v}" for k, v in o.best_params.items())
+    return f"{o.best_variant}({params})" if params else o.best_variant
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -335,30 +368,57 @@ def _write_text(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list) -> str:
+# Card extras every measurement writes; anything else was added by the experiment's annotate hook.
+_MEASURED_EXTRAS = {"id", "ncu_output", "scheduler_note", "harness", "timing", "search_timing", "correctness",
+                    "memory", "workload", "environment", "metrics_source", "profiler", "peaks",
+                    "profiler_settings", "profiler_notes", "report_card", "baseline_drift", "variant"}
+
+
+def _facts_text(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_facts_text(v)}" for k, v in value.items() if v is not None)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _evidence_lines(label: str, card: Card) -> list[str]:
+    variant = {k: v for k, v in (card.extra.get("variant") or {}).items() if k != "nominal_flops_per_call"}
+    lines = [f"- {label} variant facts: {_facts_text(variant)}"] if variant else []
+    for key, value in card.extra.items():
+        if key not in _MEASURED_EXTRAS:
+            lines.append(f"- {label} {key}: {_facts_text(value)}")
+    return lines
+
+
+def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[CardDiff]) -> str:
     by_card = {d.card: d for d in diffs}
+    baseline_only = _baseline_only(ctx.experiment)
     lines = [f"# {ctx.experiment.name}", "", f"Hypothesis: {ctx.experiment.hypothesis}", "",
              f"Device: {ctx.environment.get('device_name')} ({ctx.device}); profiler: {ctx.profiler.name}", "",
+             "Times are per original call of the op (a batched variant's time is divided by its calls).", "",
              "| card | baseline us | best us | speedup | time | class before -> after | max rel error | variant | check |",
              "|---|---:|---:|---:|---|---|---:|---|---|"]
     for o in outcomes:
-        base_t = (o.baseline.extra.get("timing") or {}).get("median_us")
+        base_t = card_time_us(o.baseline)
         if o.best is None:
-            why = ("baseline only (see baseline_reproduction.md)" if len(ctx.experiment.variants) == 1
-                   else "no feasible variant")
-            lines.append(f"| `{o.card_id}` | {base_t:.1f} | n/a | n/a | n/a | {o.baseline.primary} -> n/a | n/a | "
-                         f"{why} | n/a |")
+            d = by_card.get(o.card_id)
+            why = "baseline only" if baseline_only else "no feasible variant"
+            check = f"{d.verdict}: {d.verdict_detail}" if baseline_only and d else "n/a"
+            lines.append(f"| `{o.card_id}` | {base_t:.1f} | n/a | n/a | n/a | {o.report_card.primary} -> "
+                         f"{o.baseline.primary} | n/a | {why} | {check} |")
             continue
         d = by_card[o.card_id]
         err = o.best.extra.get("correctness", {}).get("max_rel")
-        params = ", ".join(f"{k}={v}" for k, v in o.best_params.items())
-        variant = f"{o.best_variant}({params})" if params else o.best_variant
         lines.append(
             f"| `{o.card_id}` | {d.before_us:.1f} | {d.after_us:.1f} | {d.speedup:.2f}x | {d.timing_verdict} | "
-            f"{d.class_before} -> {d.class_after} | {err:.2e} | {variant} | {d.verdict} |"
+            f"{d.class_before} -> {d.class_after} | {err:.2e} | {_variant_label(o)} | {d.verdict} |"
         )
     lines.append("")
     for o in outcomes:
+        lines += [f"- `{o.card_id}` {line[2:]}" for line in _evidence_lines("baseline", o.baseline)]
+        if o.best is not None:
+            lines += [f"- `{o.card_id}` {line[2:]}" for line in _evidence_lines("best", o.best)]
         for title, entries in (("skipped", o.skipped), ("infeasible (over tolerance, never best)", o.infeasible),
                                ("failed", o.failed)):
             for key, why in entries.items():
@@ -371,8 +431,17 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list) ->
                          f"{(o.baseline.extra.get('search_timing') or o.baseline.extra['timing'])['median_us']:.1f} us)")
     metrics_source = {o.baseline.extra.get("metrics_source") for o in outcomes}
     lines += ["", f"Metrics source: {', '.join(sorted(str(s) for s in metrics_source))} "
-              "(estimated metrics are roofline estimates, not counters)."]
+              "(estimated metrics are roofline estimates, not counters).", ""]
+    scales = sorted({str((o.baseline.extra.get("workload") or {}).get("scale")) for o in outcomes})
+    lines.append(render_end_to_end(
+        _normalized_report(ctx.cfg.get("report")), card_results(ctx.experiment, outcomes, diffs),
+        measured_on=f"{ctx.environment.get('device_name')} ({ctx.device}) at workload scale {', '.join(scales)}"))
     return "\n".join(lines) + "\n"
+
+
+@functools.lru_cache(maxsize=4)
+def _normalized_report(path: str | None) -> Report:
+    return lint_report(load_report(path)).normalized
 
 
 def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[CardOutcome]]:

@@ -190,8 +190,14 @@ def _check_occupancy(diff: "CardDiff", before: Card, after: Card) -> tuple[str, 
 def _check_stalls(diff: "CardDiff", before: Card, after: Card) -> tuple[str, str]:
     stalls = after.extra.get("stalls")
     if not isinstance(stalls, dict) or not stalls.get("dominant"):
-        return NOT_MEASURABLE, "no warp-stall breakdown in the after card"
-    return YES, f"dominant stall {stalls['dominant']} ({stalls.get('share', '?')} of stall cycles)"
+        note = stalls.get("note") if isinstance(stalls, dict) else None
+        return NOT_MEASURABLE, note or "no warp-stall breakdown in the after card"
+    share = stalls.get("share")
+    detail = f"dominant stall {stalls['dominant']} ({share:.0%} of stall cycles" if isinstance(share, float) \
+        else f"dominant stall {stalls['dominant']} (share unknown"
+    if stalls.get("decisive"):
+        return YES, f"{detail}, decisive): {stalls.get('meaning', '')}"
+    return NO, f"{detail}, below the decisive share): no single limiter; see the shares on the card"
 
 
 def _check_transposes_removed(diff: "CardDiff", before: Card, after: Card) -> tuple[str, str]:
@@ -277,8 +283,12 @@ class CardDiff:
 
 def _fairness(before: Card, after: Card) -> tuple[bool, str]:
     eb, ea = before.extra.get("environment"), after.extra.get("environment")
+    if not isinstance(eb, dict) and not isinstance(ea, dict):
+        return True, "environment not recorded on either side"
     if not isinstance(eb, dict) or not isinstance(ea, dict):
-        return True, "environment not recorded on both sides"
+        # The report's own cards carry no environment: its GPU is not this machine.
+        return False, ("not a fair comparison: only one side records its machine (a report card vs a "
+                       "re-profile); times are comparable only when re-profiled on the report's GPU")
     keys = ("device_name", "device_kind", "hostname")
     differ = [k for k in keys if eb.get(k) != ea.get(k)]
     if differ:

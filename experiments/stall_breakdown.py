@@ -1,0 +1,114 @@
+"""Warp-stall breakdown for unresolved cards: the evidence the report said it lacked.
+
+The report's unresolved cards have no unit at 60% of peak and no occupancy or tail signature, and
+propose "collect stall reasons (smsp__warp_issue_stalled_*) and l1tex/lts bytes". This experiment
+re-profiles the card's op with ncu's report metrics plus the warp-state breakdown and the L1/L2 byte
+counters, names the dominant stall of the dominant kernel and its share of the stall cycles, and,
+when one reason clearly dominates, refines the card's status with what that stall means.
+
+Only ncu collects warp stalls. Under another profiler (CPU, torch.profiler trace) the card says so
+and the check is "not measurable"; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from harness.cards.fields import UNRESOLVED
+from harness.cards.model import Card, Kernel
+from harness.cards.rules import dominant
+from harness.experiment import Experiment
+from harness.workloads.base import Workload
+
+EXPERIMENT = Experiment(
+    name="stall_breakdown",
+    op_kinds=("linear", "conv3d", "attention", "cast"),
+    hypothesis="one warp-stall reason accounts for most of the stall cycles of the dominant kernel, "
+    "which names the limiter the six rules could not",
+    check="stall_breakdown",
+    classes=(UNRESOLVED,),
+    metric_set="report+stalls+bytes",
+)
+
+# A reason that takes at least this share of the stall cycles is decisive: it is the limiter.
+DECISIVE_SHARE = 0.5
+
+# What each warp-state reason of the Nsight Compute profiling guide says about the kernel. `selected`
+# is the issue cycle itself, not a stall, so it is left out of the shares.
+STALL_MEANING: dict[str, str] = {
+    "long_scoreboard": "memory latency: waiting on L1TEX results (global, local, texture loads)",
+    "lg_throttle": "memory instruction throughput: the local/global load-store queue is full",
+    "tex_throttle": "texture/L1TEX queue full",
+    "drain": "waiting for memory writes to drain at exit",
+    "membar": "memory barriers",
+    "mio_throttle": "shared memory / MIO instruction queue full",
+    "short_scoreboard": "shared memory or special-function latency (MIO data dependency)",
+    "math_pipe_throttle": "a math pipe is oversubscribed (compute-bound on that pipe)",
+    "wait": "fixed-latency dependencies: too little instruction-level parallelism",
+    "dispatch_stall": "dispatch pipeline interlocks",
+    "barrier": "synchronization: warps wait at a CTA barrier",
+    "no_instruction": "instruction fetch: instruction cache misses or branches",
+    "branch_resolving": "branch target resolution",
+    "imc_miss": "immediate constant cache misses",
+    "not_selected": "eligible warps not picked: the scheduler is busy (plenty of parallelism)",
+    "sleeping": "warps sleeping (nanosleep)",
+    "misc": "miscellaneous",
+}
+NOT_A_STALL = ("selected",)
+
+
+@EXPERIMENT.baseline
+def as_profiled(w: Workload) -> Callable[[], torch.Tensor]:
+    """The card's op as the report ran it; only the profile is richer."""
+    return w.run
+
+
+def stall_shares(kernel: Kernel) -> dict[str, float]:
+    """Stall reason -> share of the stall cycles (warps stalled per issue-active cycle, normalized)."""
+    counters = kernel.extra.get("ncu_counters") or {}
+    stalls = {
+        name[len("stall_"):]: float(value)
+        for name, value in counters.items()
+        if name.startswith("stall_") and isinstance(value, (int, float)) and name[len("stall_"):] not in NOT_A_STALL
+    }
+    total = sum(stalls.values())
+    if total <= 0:
+        return {}
+    return {reason: value / total for reason, value in sorted(stalls.items(), key=lambda kv: -kv[1])}
+
+
+def stall_evidence(card: Card) -> dict[str, Any]:
+    """The card's `stalls` entry: dominant reason, share, all shares, bytes, and a refined reading."""
+    top = dominant(card.kernels)
+    if top is None:
+        return {"dominant": None, "note": "the profile has no kernel"}
+    shares = stall_shares(top)
+    if not shares:
+        profiler = card.extra.get("profiler") or "this profiler"
+        return {"dominant": None, "kernel": top.name,
+                "note": f"no warp-stall counters: only ncu collects them (profiler=ncu on a CUDA device); "
+                        f"this card was profiled by {profiler}"}
+    reason, share = next(iter(shares.items()))
+    counters = top.extra.get("ncu_counters") or {}
+    evidence: dict[str, Any] = {
+        "dominant": reason,
+        "share": round(share, 3),
+        "meaning": STALL_MEANING.get(reason, "no description for this reason"),
+        "shares": {name: round(value, 3) for name, value in shares.items()},
+        "kernel": top.name,
+        "bytes_mb": {name: counters[name] for name in ("l1tex_mb", "lts_mb") if name in counters},
+        "decisive": share >= DECISIVE_SHARE,
+        "rule": f"a reason is decisive at >= {DECISIVE_SHARE:.0%} of the stall cycles (selected excluded)",
+    }
+    return evidence
+
+
+@EXPERIMENT.annotate
+def add_stalls(card: Card, workload: Workload) -> None:
+    evidence = stall_evidence(card)
+    card.extra["stalls"] = evidence
+    if evidence.get("decisive"):
+        card.status = "refined_by_stalls"
+        card.extra["refined"] = f"{evidence['dominant']} stalls ({evidence['share']:.0%}): {evidence['meaning']}"

@@ -1,0 +1,105 @@
+"""`experiment=auto`: every selected card gets the experiments whose hypothesis matches its class.
+
+An experiment matches a card when it applies to the card's op kind and lists the card's primary
+class in `Experiment.classes` (unresolved cards thus get stall_breakdown, plus any experiment that
+also claims unresolved cards). Each matched experiment runs as its own sub-run, composed from its
+own config with the user's overrides, under `<run dir>/<experiment>/`; the auto run then writes one
+summary over all cards, with the end-to-end view.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from harness.cards.lint import lint_report
+from harness.cards.model import Card, load_report, write_json_atomic
+from harness.cards.rules import RuleSet, classify_report
+from harness.experiment import Experiment, ExperimentError, load_experiment
+from harness.overview import CardResult, render_end_to_end
+from harness.run import RunError, card_results, execute, pick_cards
+
+AUTO = "auto"
+NOT_AUTOMATIC = (AUTO, "reprofile")  # reprofile reproduces the baseline; it tests no hypothesis
+
+Compose = Callable[[str], dict[str, Any]]  # experiment name -> its full config, user overrides applied
+
+
+@dataclass
+class AutoPlan:
+    by_experiment: dict[str, list[Card]] = field(default_factory=dict)
+    unmatched: dict[str, str] = field(default_factory=dict)  # card id -> why no experiment applies
+
+
+def candidate_experiments(conf_dir: Path, modules: Mapping[str, str]) -> dict[str, Experiment]:
+    """The experiments `auto` may choose from: every config in conf/experiment/ but auto and reprofile."""
+    found: dict[str, Experiment] = {}
+    for path in sorted((conf_dir / "experiment").glob("*.yaml")):
+        name = path.stem
+        if name in NOT_AUTOMATIC:
+            continue
+        module = modules.get(name)
+        if module is None:
+            raise ExperimentError(f"conf/experiment/{name}.yaml names no experiment.module")
+        found[name] = load_experiment(module)
+    return found
+
+
+def plan_auto(cards: list[Card], experiments: Mapping[str, Experiment]) -> AutoPlan:
+    plan = AutoPlan()
+    for card in cards:
+        if card.primary is None:
+            plan.unmatched[card.id] = "the card has no class (no timed kernel in the report)"
+            continue
+        matched = [name for name, e in experiments.items() if e.applies_to(card.op_kind) and card.primary in e.classes]
+        if not matched:
+            plan.unmatched[card.id] = f"no experiment claims {card.op_kind} cards of class {card.primary}"
+        for name in matched:
+            plan.by_experiment.setdefault(name, []).append(card)
+    return plan
+
+
+def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, conf_dir: Path) -> str:
+    """Run the plan, one sub-run per experiment; return the overall summary (also written to summary.md)."""
+    started = time.perf_counter()
+    configs = {path.stem: compose(path.stem) for path in sorted((conf_dir / "experiment").glob("*.yaml"))
+               if path.stem not in NOT_AUTOMATIC}
+    experiments = candidate_experiments(conf_dir, {n: c["experiment"].get("module") for n, c in configs.items()})
+    try:
+        rules = RuleSet.from_config(cfg.get("rules"))
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
+    report = classify_report(lint_report(load_report(cfg.get("report"))).normalized, rules)
+    selector = cfg.get("cards") or cfg["experiment"].get("default_cards")
+    if not selector:
+        raise RunError("experiment=auto needs cards= (ids or a filter) or experiment.default_cards")
+    cards = pick_cards(report, selector)
+    plan = plan_auto(cards, experiments)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    results: list[CardResult] = []
+    sections: list[str] = []
+    measured_on = "this machine"
+    for name, chosen in plan.by_experiment.items():
+        sub_cfg = {**configs[name], "cards": [c.id for c in chosen]}
+        ctx, outcomes = execute(sub_cfg, run_dir / name)
+        diffs = ctx.diff.cards if ctx.diff is not None else []
+        results += card_results(ctx.experiment, outcomes, diffs)
+        measured_on = f"{ctx.environment.get('device_name')} ({ctx.device})"
+        sections.append(f"- [{name}]({name}/summary.md): {len(outcomes)} card(s): "
+                        + ", ".join(f"`{o.card_id}`" for o in outcomes))
+    lines = ["# auto: each card's counter-experiments, chosen by its class", "",
+             "| card | class | experiments |", "|---|---|---|"]
+    for card in cards:
+        names = [n for n, chosen in plan.by_experiment.items() if card in chosen]
+        lines.append(f"| `{card.id}` | {card.primary} | {', '.join(names) or plan.unmatched.get(card.id, '')} |")
+    lines += ["", "Sub-runs:", *sections, "", render_end_to_end(report, results, measured_on)]
+    text = "\n".join(lines) + "\n"
+    tmp = run_dir / ".summary.md.tmp"
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(run_dir / "summary.md")
+    write_json_atomic(run_dir / "run.json", {
+        "experiments": {n: [c.id for c in chosen] for n, chosen in plan.by_experiment.items()},
+        "unmatched": plan.unmatched, "wall_s": time.perf_counter() - started})
+    return text

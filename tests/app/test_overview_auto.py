@@ -1,0 +1,80 @@
+"""The end-to-end view, per-call times of batched variants, and auto's choice of experiments."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from harness.auto import candidate_experiments, plan_auto
+from harness.cards.diff import card_time_us, diff_cards
+from harness.cards.lint import lint_report
+from harness.cards.rules import classify_report
+from harness.experiment import ExperimentError, Prepared
+from harness.overview import CardResult, render_end_to_end
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+@pytest.fixture(scope="module")
+def report(seed_report):
+    return classify_report(lint_report(seed_report).normalized)
+
+
+def _timed(card, median_us, calls=1, device="cpu-a"):
+    out = copy.deepcopy(card)
+    out.extra["timing"] = {"median_us": median_us, "spread": 0.01}
+    out.extra["variant"] = {"calls": calls}
+    out.extra["environment"] = {"device_name": device, "device_kind": "cpu", "hostname": "h"}
+    return out
+
+
+def test_batched_time_is_per_original_call(report):
+    card = report.card("dit-480-linear-m3n5120k5120-d55d81")
+    before, after = _timed(card, 100.0), _timed(card, 200.0, calls=4)
+    assert card_time_us(after) == pytest.approx(50.0)
+    d = diff_cards(before, after)
+    assert d.speedup == pytest.approx(2.0) and d.timing_verdict == "FASTER"
+
+
+def test_prepared_rejects_zero_calls():
+    with pytest.raises(ExperimentError):
+        Prepared(lambda: None, calls=0)
+
+
+def test_end_to_end_counts_only_fair_faster_wins(report):
+    fast = report.card("dit-480-linear-m3n5120k5120-d55d81")
+    slow = report.card("dit-480-linear-m1170n5120k5120-b9770e")
+    other_machine = report.card("vae-480-conv3d-16to16k111t3-9507c7")
+    results = [
+        CardResult(fast, "dit_small_m_batching", "batched(k=4)", diff_cards(_timed(fast, 100), _timed(fast, 50))),
+        CardResult(slow, "dit_gemm_tiles", "x", diff_cards(_timed(slow, 100), _timed(slow, 130))),
+        CardResult(other_machine, "vae_bf16", "y",
+                   diff_cards(_timed(other_machine, 100), _timed(other_machine, 10, device="cpu-b"))),
+    ]
+    text = render_end_to_end(report, results, measured_on="cpu")
+    rows = {line.split("|")[1].strip(" `"): line for line in text.splitlines() if line.startswith("| `")}
+    saved = {card: float(line.rstrip(" |").split("|")[-1]) for card, line in rows.items()}
+    assert saved[fast.id] == pytest.approx(card_time_us(fast, False) / 2, abs=0.1)
+    assert saved[slow.id] == 0.0  # SLOWER
+    assert saved[other_machine.id] == 0.0  # 10x, but measured on another machine: not fair
+    dit_480 = next(line for line in text.splitlines() if line.startswith("| 480x832 | dit |"))
+    assert f"{card_time_us(fast, False) / 2:.1f}" in dit_480
+
+
+def test_auto_matches_experiments_to_classes(report):
+    configs = {p.stem: p for p in (CONF / "experiment").glob("*.yaml")}
+    import yaml  # hydra's dependency
+
+    modules = {name: (yaml.safe_load(path.read_text())["experiment"]["module"]) for name, path in configs.items()}
+    experiments = candidate_experiments(CONF, modules)
+    assert "reprofile" not in experiments and "auto" not in experiments
+    cards = [report.card(c) for c in ("dit-480-linear-m4680n5120k144-500175", "vae-480-conv3d-16to16k111t3-9507c7",
+                                      "attention-480-fa2-self-4680of29640-42c686")]
+    plan = plan_auto(cards, experiments)
+    assert cards[0] in plan.by_experiment["stall_breakdown"]  # unresolved linear
+    assert cards[1] in plan.by_experiment["vae_channels_last"]  # partial_wave_tail conv3d
+    assert all(cards[1] not in chosen for name, chosen in plan.by_experiment.items()
+               if not experiments[name].applies_to("conv3d"))
+    assert "no class" in plan.unmatched[cards[2].id]  # the FA2 card has no timed kernel
