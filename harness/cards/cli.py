@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.cards.diff import diff_reports, render_markdown
+from harness.cards.diff import ReportDiff, diff_reports, render_markdown
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, Report, ReportError, load_report, save_report, write_json_atomic
 from harness.cards.rules import RuleSet, classify_report
@@ -153,19 +153,38 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    before, after = load_report(args.before), load_report(args.after)
     rules = RuleSet()
-    diff = diff_reports(_reclassified(before, rules), _reclassified(after, rules))
+    before = _reclassified(load_report(args.before), rules)
+    after = _reclassified(load_report(args.after), rules)
+    diff = diff_reports(before, after)
     if not diff.cards:
         raise CliError(f"{args.before} and {args.after} share no card id; nothing to compare")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(render_markdown(diff), encoding="utf-8")
+    if args.html:
+        _write_diff_html(diff, before, after, args)
     if args.json:
         print(json.dumps(diff.as_dict(), indent=1))
     else:
         print(render_markdown(diff))
     return 0
+
+
+def _write_diff_html(diff: ReportDiff, before: Report, after: Report, args: argparse.Namespace) -> None:
+    from harness.cards.html import render_diff_html, write_text_atomic  # matplotlib: only when asked
+
+    target = Path(args.html)
+    if target.is_dir():  # before rendering: a page of many cards takes seconds
+        raise CliError(f"{target}: is a directory; give a file name, e.g. {target / 'diff.html'}")
+    page = render_diff_html(diff, before, after,
+                            title=f"Before/after card diff: {Path(args.before).name} vs {Path(args.after).name}")
+    try:
+        write_text_atomic(target, page)
+    except (FileExistsError, NotADirectoryError):
+        raise CliError(f"{target}: cannot write the HTML report (a parent of it is a file, not a folder)") from None
+    except OSError as exc:
+        raise CliError(f"{target}: cannot write the HTML report ({exc.strerror or exc})") from None
 
 
 def _cmd_import_ncu(args: argparse.Namespace) -> int:
@@ -210,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("after")
     diff.add_argument("--json", action="store_true")
     diff.add_argument("--out", help="also write the Markdown diff to this file")
+    diff.add_argument("--html", metavar="OUT.html",
+                      help="also write a self-contained HTML page (plots inline, no network)")
     diff.set_defaults(run=_cmd_diff)
 
     imp = sub.add_parser("import-ncu", help="turn an ncu output (.ncu-rep, raw or details CSV) into cards")
