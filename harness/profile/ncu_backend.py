@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from harness.cards.fields import SOURCE_NCU
+from harness.profile.gpu_peaks import for_current_device
 from harness.profile.base import Profile, ProfilerUnavailable, WorkloadFacts
 from harness.profile.ncu.command import find_ncu, profile_command
 from harness.profile.ncu.failures import NcuFailure
@@ -69,4 +70,6 @@ class NcuProfiler:
             kernel.extra["metrics_source"] = SOURCE_NCU
         settings = {k: v for k, v in command.settings.items() if k != "metrics"}
         settings.update(report=str(command.report_path), seconds=round(result.seconds, 2))
-        return Profile(kernels=kernels, backend="ncu", metrics_source=SOURCE_NCU, settings=settings)
+        # ncu measures; the device's peaks are recorded beside the counters for rooflines and hooks.
+        peaks = {**for_current_device().to_dict(), "used": "recorded for reference; the metrics are ncu's"}
+        return Profile(kernels=kernels, backend="ncu", metrics_source=SOURCE_NCU, peaks=peaks, settings=settings)
