@@ -1,44 +1,130 @@
-"""`python -m harness experiment=NAME [overrides]`: the Hydra app that runs a counter-experiment."""
+"""`python -m harness experiment=NAME [overrides]`: the Hydra app that runs a counter-experiment.
+
+Exit status: 0 done; 2 bad input (one `error: ...` line on stderr, nothing measured); 130 stopped by
+SIGINT (Ctrl-C), 143 by SIGTERM (140 by submitit's SIGUSR2 in a cluster job): all stop the same way,
+with one line saying where the outputs are and the command that resumes the run
+(`search.resume=true hydra.run.dir=<the same folder>`). See docs/scale-out.md.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import shlex
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.cards.diff import card_time_us
 from harness.cards.model import ReportError
 from harness.experiment import ExperimentError
+from harness.auto import AUTO, run_auto
 from harness.run import RunError, execute
-from harness.search import SearchError
+from harness.search import SearchError, make_storage, note_interrupt, safe_to_interrupt
+from harness.validate import ConfigError, check_creatable, validate_config
 from harness.workloads.base import WorkloadError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 EXIT_BAD_INPUT = 2
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # exit status 128 + the signal: 130, 143
+BAD_INPUT = (RunError, ReportError, ExperimentError, SearchError, WorkloadError, ConfigError)
 log = logging.getLogger("harness")
+_received: list[int] = []  # the signal that asked this process to stop
+_redelivery: list[int] = []  # a deferred signal this process sent itself again, pending
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     print(f"error: {message}", file=sys.stderr)
     sys.exit(EXIT_BAD_INPUT)
 
 
+def _on_signal(signum: int, frame: Any) -> None:
+    """SIGINT and SIGTERM stop the run alike: KeyboardInterrupt, so every layer cleans up as for Ctrl-C.
+
+    Raised only where that is safe for the studies (`safe_to_interrupt`: not inside a storage write
+    or Optuna's bookkeeping of a trial); elsewhere the signal is delivered again 50 ms later. A
+    second signal from outside while stopping ends the process at once.
+    """
+    if _received and not _redelivery:
+        os._exit(128 + signum)
+    if not _received:
+        _received.append(signum)
+        note_interrupt(signal.Signals(signum).name)
+    _redelivery.clear()
+    if not safe_to_interrupt(frame):
+        _redelivery.append(signum)
+        timer = threading.Timer(0.05, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        return
+    raise KeyboardInterrupt
+
+
+def install_signal_handlers() -> None:
+    """SIGINT and SIGTERM; in a job of Hydra's submitit launcher also submitit's time-limit signal.
+
+    submitit ignores SIGTERM in its jobs and, on its signal (USR2 unless SUBMITIT_PREEMPT_SIGNAL says
+    otherwise; SLURM sends it `signal_delay_s` before the time limit), raises wherever the job is.
+    Here all of them stop the run at a safe point, the trial in flight back in the queue.
+    """
+    signals = list(STOP_SIGNALS)
+    if "submitit" in sys.modules:
+        name = "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")
+        if hasattr(signal, name):
+            signals.append(getattr(signal, name))
+    for signum in signals:
+        signal.signal(signum, _on_signal)
+
+
+def _stopped(run_dir: Path | None) -> NoReturn:
+    signum = _received[0] if _received else signal.SIGINT
+    name = signal.Signals(signum).name
+    if run_dir is None:
+        print(f"interrupted ({name}) before the run started: nothing was measured", file=sys.stderr)
+    else:
+        print(f"interrupted ({name}): what finished is in {run_dir}; resume with: {resume_command(run_dir)}",
+              file=sys.stderr)
+    sys.exit(128 + signum)
+
+
+def resume_command(run_dir: Path) -> str:
+    """This run's command line with search.resume=true and its run directory."""
+    try:
+        overrides = list(HydraConfig.get().overrides.task)
+    except ValueError:  # outside a Hydra run
+        overrides = []
+    kept = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.run.dir=", "search.resume="))]
+    args = [*kept, "search.resume=true", f"hydra.run.dir={run_dir}"]
+    return "python -m harness " + " ".join(shlex.quote(a) for a in args)
+
+
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 def app(cfg: DictConfig) -> float | None:
+    install_signal_handlers()  # again: a launcher (submitit) may run this function without main()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     config = OmegaConf.to_container(cfg, resolve=True)
+    if config["experiment"]["name"] == AUTO:
+        try:
+            summary = run_auto(config, run_dir, _compose_experiment, CONF_DIR)
+        except BAD_INPUT as exc:
+            _fail(str(exc))
+        except KeyboardInterrupt:
+            _stopped(run_dir)
+        print(summary)
+        print(f"outputs: {run_dir}  (summary.md, and one sub-run folder per experiment)")
+        return None
     try:
         ctx, outcomes = execute(config, run_dir)
-    except (RunError, ReportError, ExperimentError, SearchError, WorkloadError) as exc:
+    except BAD_INPUT as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
-        print(f"\ninterrupted: what finished is in {run_dir} (resume with search.resume=true "
-              f"hydra.run.dir={run_dir})", file=sys.stderr)
-        sys.exit(130)
+        _stopped(run_dir)
     phases = ctx.phases
     outside = phases["outside_measurement_s"]
     print(f"\n{ctx.experiment.name}: {len(outcomes)} card(s) on {ctx.device} in {phases['wall_s']:.1f} s; "
@@ -51,14 +137,76 @@ def app(cfg: DictConfig) -> float | None:
     return min(speedups) if speedups else None
 
 
+def _compose_experiment(name: str) -> dict[str, Any]:
+    """Experiment `name`'s config with this run's overrides (auto's sub-runs): what `experiment=name` gives."""
+    from hydra import compose
+
+    own = ("experiment=", "experiment.", "cards=", "hydra.")
+    overrides = [o for o in HydraConfig.get().overrides.task if not o.lstrip("+~").startswith(own)]
+    cfg = compose(config_name="config", overrides=[*overrides, f"experiment={name}"])
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def _one_line(exc: BaseException) -> str:
+    """A Hydra/OmegaConf error message on one line (without the config search path)."""
+    parts: list[str] = []
+    for line in str(exc).splitlines():
+        if line.startswith(("Config search path", "See https://hydra.cc")):
+            break
+        if line.strip():
+            joiner = ", " if line.startswith("\t") and parts and not parts[-1].endswith(":") else " "
+            parts.append((joiner if parts else "") + line.strip())
+    text = "".join(parts)
+    cause = exc.__cause__
+    if cause is not None and str(cause).strip():
+        text += f" ({str(cause).strip().splitlines()[0]})"
+    return text
+
+
+def preflight(args: list[str]) -> None:
+    """Compose the config as Hydra will and check it, before Hydra creates the run directory.
+
+    Hydra's own errors (an unknown key, a bad override) and an uncreatable run directory would
+    otherwise end in several lines or a traceback; here they are one `error:` line and exit 2.
+    Options (`--multirun`, `--cfg`, `--help`, ...) are left to Hydra.
+    """
+    if any(arg.startswith("-") for arg in args):
+        return
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(version_base=None, config_dir=str(CONF_DIR), job_name="harness"):
+            cfg = compose(config_name="config", overrides=args, return_hydra_config=True)
+            run_dir = str(cfg.hydra.run.dir)
+            with open_dict(cfg):
+                del cfg["hydra"]
+            config = OmegaConf.to_container(cfg, resolve=True)
+    except (HydraException, OmegaConfBaseException) as exc:
+        _fail(_one_line(exc))
+    try:
+        validate_config(config)
+        check_creatable(run_dir, "hydra.run.dir")
+        if config["search"].get("storage"):  # the default lives in the run directory, not made yet
+            make_storage(config["search"]["storage"], config["search"])
+    except (ConfigError, SearchError) as exc:
+        _fail(str(exc))
+
+
 def main() -> None:
     experiments = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
-    for arg in sys.argv[1:]:
+    args = sys.argv[1:]
+    for arg in args:
         key, _, value = arg.partition("=")
         if key.lstrip("+~") == "experiment" and value and "," not in value and value not in experiments:
             _fail(f"unknown experiment {value!r}; choose one of: {', '.join(experiments)}")
+    install_signal_handlers()
     try:
+        preflight(args)
         app()
+    except KeyboardInterrupt:  # before the app's own handler (Hydra still starting)
+        _stopped(None)
     except SystemExit as exc:
         # Hydra reports its own config errors (bad override, unknown key) and exits 1: make it 2.
         sys.exit(EXIT_BAD_INPUT if exc.code == 1 else exc.code)

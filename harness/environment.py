@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import socket
 from typing import Any
@@ -22,7 +23,17 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+# Keys that say where results go and how processes share them, not what is measured: left out of the
+# hash, so the processes sharing a study and a resumed run record the same config hash.
+UNHASHED = {"search": ("storage", "resume", "worker", "timeout", "heartbeat_interval_s", "grace_period_s",
+                       "max_retry")}
+
+
 def config_hash(config: Any) -> str:
+    if isinstance(config, dict):
+        config = {key: ({k: v for k, v in value.items() if k not in UNHASHED[key]}
+                        if key in UNHASHED and isinstance(value, dict) else value)
+                  for key, value in config.items()}
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -40,24 +51,52 @@ def resolve_device(requested: str) -> str:
 def describe_environment(device: str, config: Any) -> dict[str, Any]:
     env: dict[str, Any] = {
         "hostname": socket.gethostname(),
+        "platform": platform.platform(),
         "python": platform.python_version(),
         "torch": torch.__version__,
+        "numpy": _version("numpy"),
+        "optuna": _version("optuna"),
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "cpu_name": cpu_name(),
+        "cpu_mhz": _cpu_mhz(),
         "torch_threads": torch.get_num_threads(),
         "device_kind": "cuda" if device.startswith("cuda") else "cpu",
+        # Which physical GPU "cuda" was when several processes share the studies (docs/scale-out.md).
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "config_hash": config_hash(config),
     }
     if device.startswith("cuda"):
         index = torch.device(device).index or 0
         props = torch.cuda.get_device_properties(index)
         env.update(device_name=props.name, sm_count=props.multi_processor_count,
-                   compute_capability=f"{props.major}.{props.minor}", driver=_driver_version())
-        env["sm_clock_mhz"] = _sm_clock(index)
+                   compute_capability=f"{props.major}.{props.minor}", driver=_driver_version(),
+                   device_index=index, device_uuid=str(getattr(props, "uuid", "")) or None)
+        env.update(_clocks(index))
     else:
         env["device_name"] = env["cpu_name"]
     return env
+
+
+def _version(module: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:  # not installed
+        return None
+
+
+def _cpu_mhz() -> float | None:
+    """The current clock of the first CPU as /proc/cpuinfo reports it (None where it does not)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("cpu MHz"):
+                    return float(line.split(":", 1)[1])
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _driver_version() -> str | None:
@@ -67,16 +106,48 @@ def _driver_version() -> str | None:
         pynvml.nvmlInit()
         version = pynvml.nvmlSystemGetDriverVersion()
         return version.decode() if isinstance(version, bytes) else str(version)
-    except Exception:  # pynvml absent or NVML unavailable: the driver version stays unknown
+    except Exception:  # pynvml absent or NVML unavailable: ask the kernel module
+        pass
+    try:  # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 ..."
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as handle:
+            words = handle.readline().split()
+        return next((w for w in words if w[:1].isdigit() and "." in w), None)
+    except OSError:
         return None
 
 
-def _sm_clock(index: int) -> int | None:
+def _clocks(index: int) -> dict[str, int | None]:
+    """SM and memory clocks now and their maxima (MHz) from NVML; None without pynvml or NVML.
+
+    Index `index` is NVML's, which equals torch's when CUDA_VISIBLE_DEVICES is unset; with it set,
+    NVML still counts every GPU, so the handle is looked up by the device's PCI bus id instead.
+    """
+    out: dict[str, int | None] = {"sm_clock_mhz": None, "mem_clock_mhz": None,
+                                  "max_sm_clock_mhz": None, "max_mem_clock_mhz": None}
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+        bus_id = _pci_bus_id(index)
+        handle = (pynvml.nvmlDeviceGetHandleByPciBusId(bus_id) if bus_id
+                  else pynvml.nvmlDeviceGetHandleByIndex(index))
+        for key, getter, clock in (("sm_clock_mhz", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_SM),
+                                   ("mem_clock_mhz", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_MEM),
+                                   ("max_sm_clock_mhz", pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_SM),
+                                   ("max_mem_clock_mhz", pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_MEM)):
+            try:
+                out[key] = int(getter(handle, clock))
+            except Exception:  # one query unsupported: keep the others
+                pass
     except Exception:  # pynvml absent or NVML unavailable
+        pass
+    return out
+
+
+def _pci_bus_id(index: int) -> str | None:
+    """The device's PCI address as NVML spells it ("00000000:3B:00.0"), from torch's properties."""
+    try:
+        props = torch.cuda.get_device_properties(index)
+        return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+    except Exception:  # an older torch without the PCI fields
         return None

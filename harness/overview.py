@@ -38,11 +38,15 @@ class CardResult:
 
 
 def best_per_card(results: list[CardResult]) -> dict[str, CardResult]:
-    """For each card, the result with the largest win (or any result when none won)."""
+    """For each card, the result with the largest win (when none won, the largest speedup measured)."""
+    def rank(result: CardResult) -> tuple[float, float]:
+        speedup = result.diff.speedup if result.diff and result.diff.speedup else 0.0
+        return result.win or 0.0, speedup
+
     chosen: dict[str, CardResult] = {}
     for result in results:
         current = chosen.get(result.card.id)
-        if current is None or (result.win or 0.0) > (current.win or 0.0):
+        if current is None or rank(result) > rank(current):
             chosen[result.card.id] = result
     return chosen
 
@@ -101,6 +105,6 @@ def render_end_to_end(report: Report, results: list[CardResult], measured_on: st
         lines.append(
             f"| {resolution} | {stage} | {total:.1f} | {measured.get(key, 0.0):.1f} | {saved.get(key, 0.0):.1f} | "
             f"{saved.get(key, 0.0) / total if total else 0.0:.1%} | "
-            f"{saved.get(key, 0.0) / resolution_total[resolution] if resolution_total[resolution] else 0.0:.1%} |"
+            f"{saved.get(key, 0.0) / resolution_total[resolution] if resolution_total[resolution] else 0.0:.2%} |"
         )
     return "\n".join(lines) + "\n"

@@ -20,27 +20,35 @@ from typing import Any, Mapping
 import optuna
 from tqdm import tqdm
 
+from harness.cards.html import write_run_html
 from harness.cards.diff import CardDiff, ReportDiff, card_time_us, diff_cards, render_markdown
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, Report, load_report, save_report, write_json_atomic
 from harness.cards.rules import RuleSet, class_counts, classify_report, rules_text
 from harness.environment import describe_environment, resolve_device
-from harness.experiment import Experiment, VariantSkipped, load_experiment
-from harness.measure import Measurement, TimingSettings, measure, time_callable
+from harness.experiment import Experiment, load_experiment
+from harness.measure import TimingSettings
 from harness.overview import CardResult, render_end_to_end
 from harness.profile.base import Profiler, ProfilerUnavailable
 from harness.search import (
     best_feasible,
+    budget_trials,
     open_study,
     plan_search,
     remaining_trials,
     suggest,
     validate_space,
 )
-from harness.workloads.attention import AttentionConfig
-from harness.workloads.base import WorkloadError
-from harness.workloads.cast import CastConfig
-from harness.workloads.registry import build_workload
+from harness.workloads.registry import cast_frames_from_report
+from harness.worker import (
+    CardSession,
+    Reply,
+    TrialFailed,
+    WorkerError,
+    deadline_from,
+    quiet_trial_failures,
+    worker_for,
+)
 
 log = logging.getLogger("harness")
 
@@ -81,8 +89,8 @@ def select_cards(report: Report, selector: Any, experiment: Experiment, defaults
         )
     cards = [c for c in cards if experiment.applies_to(c.op_kind)]
     if not cards:
-        raise RunError(f"cards={selector!r} selects no card this experiment applies to; "
-                       "list them with `python -m harness.cards show`")
+        raise RunError(f"cards={selector!r} selects no card; experiment {experiment.name} applies to "
+                       f"{', '.join(experiment.op_kinds)} cards (list them with `python -m harness.cards show`)")
     return cards
 
 
@@ -145,11 +153,6 @@ class RunContext:
                                                                   "setup_s": 0.0})
     diff: ReportDiff | None = None  # the latest before/after diff written
 
-    def account(self, m: Measurement) -> None:
-        self.phases["measurement_s"] += m.seconds.get("timing_s", 0.0)
-        self.phases["profiling_s"] += m.seconds.get("profile_s", 0.0)
-        self.phases["setup_s"] += m.seconds.get("setup_s", 0.0)
-
 
 def _accepted(fn: Any, params: dict[str, Any]) -> dict[str, Any]:
     names = set(inspect.signature(fn).parameters)
@@ -157,93 +160,146 @@ def _accepted(fn: Any, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcome:
+    """Measure the card's baseline, search its variants and confirm the best, all in the worker process.
+
+    A trial that raises, runs out of memory, crashes the worker or passes `search.trial_deadline_s`
+    is recorded as FAIL with its reason and the search goes on (see harness.worker). A baseline that
+    cannot be measured is a RunError for the run (one line): without it nothing can be compared; the
+    cards finished before it keep their outputs. A failed confirm step keeps the search's timings.
+    """
     cfg, experiment = ctx.cfg, ctx.experiment
     workload_cfg = cfg["workload"]
     scale = workload_cfg.get("scale") or (1.0 if ctx.device.startswith("cuda") else workload_cfg["cpu_scale"])
     cast_cfg = {k: v for k, v in dict(workload_cfg.get("cast") or {}).items()}
-    try:
-        workload = build_workload(
-            card.op_kind, card.shape_parameters, device=ctx.device, dtype=experiment.workload_dtype,
-            scale=scale, seed=int(workload_cfg.get("seed", 0)), inputs_dir=(cfg.get("inputs") or {}).get("dir"),
-            input_sha256=card.input_sha256, attention=AttentionConfig(**dict(workload_cfg.get("attention") or {})),
-            cast=CastConfig(**cast_cfg), resolution=card.resolution,
-        )
-    except (WorkloadError, TypeError) as exc:
-        raise RunError(f"card {card.id}: cannot build its workload ({exc})") from None
+    if card.op_kind == "cast" and cast_cfg.get("frames") is None:
+        # The report lost the cast's shape; its pair of cast cards per resolution tells 9 from 12 frames.
+        normalized = _normalized_report(report_path)
+        frames = cast_frames_from_report(normalized.card(card.id), normalized)
+        if frames is not None:
+            cast_cfg["frames"] = frames
     trials_dir = ctx.run_dir / "trials" / card.id
     label = {"experiment": experiment.name, "variant": experiment.baseline_name, "params": {},
              "role": "baseline", "report": report_path or "(shipped)"}
-    baseline = experiment.prepare(experiment.baseline_name, workload, {})
-    baseline_fn = baseline.fn
     tolerance = float(cfg["experiment"]["tolerance"]["max_rel"])
-    exact = workload.reference() if experiment.reference == "exact" else None
     spec = {
         "report": report_path, "card_id": card.id, "experiment_module": cfg["experiment"]["module"],
         "device": ctx.device, "scale": scale, "seed": int(workload_cfg.get("seed", 0)),
         "inputs_dir": (cfg.get("inputs") or {}).get("dir"), "attention": dict(workload_cfg.get("attention") or {}),
         "cast": cast_cfg, "warmup": ctx.settings.warmup,
     }
-    base = measure(source_card=card, workload=workload, prepared=baseline, reference=exact, tolerance=tolerance,
-                   profiler=ctx.profiler, settings=ctx.settings, rules=ctx.rules, label=label,
-                   environment=ctx.environment, spec={**spec, "variant": experiment.baseline_name, "params": {}})
-    ctx.account(base)
-    annotate(experiment, base.card, workload)
-    reference = base.output if exact is None else exact
-    base.card.extra["report_card"] = {"primary": card.primary, "summed_kernel_us": card.summed_kernel_us,
-                                      "dominant_kernel": card.dominant_kernel}
-    drift: list[dict[str, Any]] = []
-    base.card.extra["baseline_drift"] = drift
-    save_report(Report(cards=[base.card]), trials_dir / "baseline.json")
+    profiler_cfg = dict(cfg.get("profiler") or {})
+    if experiment.metric_set:
+        profiler_cfg["metric_set"] = experiment.metric_set
+    profiler_cfg["name"] = ctx.profiler.name  # resolved: the worker makes the same backend
+    try:
+        deadline = deadline_from(cfg)
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
+    worker = worker_for(ctx)
+    session = CardSession(worker, {
+        "card": card.to_dict(), "spec": spec, "tolerance": tolerance, "settings": dict(vars(ctx.settings)),
+        "rules": cfg.get("rules"), "profiler": profiler_cfg, "environment": ctx.environment,
+        "reference_path": str(trials_dir / "reference.pt"),
+    }, deadline)
+    quiet_trial_failures()
+    seen = [len(worker.startups)]  # starts before this card (a worker may serve several runs)
+    ctx.phases.setdefault("worker_startup_s", 0.0)
+    ctx.phases.setdefault("worker_starts", 0)
+
+    def account(reply: Reply) -> Reply:
+        seconds = reply.result.get("seconds") or {}
+        ctx.phases["measurement_s"] += seconds.get("timing_s", 0.0)
+        ctx.phases["profiling_s"] += seconds.get("profile_s", 0.0)
+        ctx.phases["setup_s"] += seconds.get("setup_s", 0.0) + seconds.get("build_s", 0.0)
+        started = worker.startups[seen[0]:]
+        seen[0] = len(worker.startups)
+        ctx.phases["worker_startup_s"] += sum(started)  # paid once per run, and again per restart
+        ctx.phases["worker_starts"] += len(started)
+        return reply
+
+    try:
+        reply = account(session.measure(
+            role="baseline", variant=experiment.baseline_name, params={}, label=label,
+            card_path=trials_dir / "baseline.json",
+            extra={"report_card": {"primary": card.primary, "summed_kernel_us": card.summed_kernel_us,
+                                   "dominant_kernel": card.dominant_kernel}, "baseline_drift": []}))
+    except WorkerError as exc:
+        raise RunError(f"card {card.id}: {exc}") from None
+    if not reply.ok:
+        if reply.kind == "setup":
+            raise RunError(f"card {card.id}: cannot build its workload ({reply.reason})")
+        raise RunError(f"card {card.id}: the baseline {experiment.baseline_name} failed: {reply.reason}")
+    base_card = load_report(reply.result["card_path"]).cards[0]
+    drift: list[dict[str, Any]] = base_card.extra.setdefault("baseline_drift", [])
 
     space = dict(cfg["experiment"].get("space") or {})
-    outcome = CardOutcome(card.id, card, base.card, None, None, {})
+    outcome = CardOutcome(card.id, card, base_card, None, None, {})
     if not space and len(experiment.variants) == 1:
         return outcome  # a baseline-only experiment: nothing to search
     validate_space(space, list(experiment.variants), experiment.name)
     plan = plan_search(space, cfg["search"])
     study_name = f"{experiment.name}:{card.id}"
     study = open_study(study_name, ctx.storage, plan.sampler, bool(cfg["search"].get("resume", False)))
+    drift_settings = TimingSettings(warmup=1, min_repeats=3, budget_s=float(cfg["timing"]["drift_budget_s"]))
+    no_worker: list[str] = []  # why no worker process could be started again, if that happened
 
     def objective(trial: optuna.Trial) -> float:
         variant, params = suggest(trial, space)
         trial.set_user_attr("variant", variant)
         trial_label = {**label, "variant": variant, "params": params, "role": "trial", "trial": trial.number}
-        try:
-            prepared = experiment.prepare(variant, workload, _accepted(experiment.variants[variant], params))
-        except VariantSkipped as exc:
-            trial.set_user_attr("status", "skipped")
-            trial.set_user_attr("reason", str(exc))
-            raise optuna.TrialPruned(str(exc)) from None
-        accepted = _accepted(experiment.variants[variant], params)
-        m = measure(source_card=card, workload=workload, prepared=prepared, reference=reference,
-                    tolerance=tolerance, profiler=ctx.profiler, settings=ctx.settings, rules=ctx.rules,
-                    label=trial_label, environment=ctx.environment,
-                    spec={**spec, "variant": variant, "params": accepted})
-        ctx.account(m)
-        annotate(experiment, m.card, workload)
         path = trials_dir / f"trial_{trial.number:04d}_{variant}.json"
-        save_report(Report(cards=[m.card]), path)
-        trial.set_user_attr("card", str(path))
-        trial.set_user_attr("correctness", m.correctness.as_dict())
-        if not m.correctness.feasible:
+        try:
+            reply = account(session.measure(role="trial", variant=variant,
+                                            params=_accepted(experiment.variants[variant], params),
+                                            label=trial_label, card_path=path))
+        except WorkerError as exc:  # not this trial's fault, and no later trial can run either
+            no_worker.append(str(exc))
+            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("reason", str(exc))
+            trial.study.stop()
+            raise TrialFailed(str(exc)) from None
+        if reply.result.get("card_path"):  # written by the worker before it answered
+            trial.set_user_attr("card", reply.result["card_path"])
+        if reply.kind == "skipped":
+            trial.set_user_attr("status", "skipped")
+            trial.set_user_attr("reason", reply.reason)
+            raise optuna.TrialPruned(reply.reason)
+        if not reply.ok:
+            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("reason", reply.reason)
+            log.warning("card %s trial %d %s%s failed: %s", card.id, trial.number, variant,
+                        f" {params}" if params else "", reply.reason)
+            raise TrialFailed(reply.reason)
+        result = reply.result
+        trial.set_user_attr("correctness", result["correctness"])
+        if not result["correctness"]["feasible"]:
             trial.set_user_attr("status", "infeasible")
-            raise optuna.TrialPruned(f"max_rel {m.correctness.max_rel:.3g} > tolerance {tolerance:g}")
+            raise optuna.TrialPruned(f"max_rel {result['correctness']['max_rel']:.3g} > tolerance {tolerance:g}")
         trial.set_user_attr("status", "complete")
-        again = time_callable(baseline_fn, ctx.device, TimingSettings(
-            warmup=1, min_repeats=3, budget_s=float(cfg["timing"]["drift_budget_s"])))
-        drift.append({"after_trial": trial.number, "median_us": again.median_us})
-        assert m.timing is not None
-        return m.timing.median_us / prepared.calls
+        try:
+            again = session.retime(drift_settings)
+        except WorkerError as exc:
+            again = Reply(False, "crash", {}, str(exc))
+        if again.ok:
+            drift.append({"after_trial": trial.number, "median_us": again.result["median_us"]})
+        else:  # the trial itself was measured; only its drift check is lost
+            trial.set_user_attr("drift_error", again.reason)
+            log.warning("card %s: baseline re-timing after trial %d failed: %s", card.id, trial.number, again.reason)
+        return result["median_us"] / result["calls"]
 
     todo = remaining_trials(study, plan.n_trials)
     if todo:
         with tqdm(total=todo, desc=f"{card.id} [{plan.sampler_name}]", unit="trial", leave=False) as bar:
             study.optimize(objective, n_trials=todo, timeout=cfg["search"].get("timeout"),
                            catch=(Exception,), callbacks=[lambda s, t: bar.update(1)])
-    save_report(Report(cards=[base.card]), trials_dir / "baseline.json")
-    for trial in study.get_trials(deepcopy=False):
+        if no_worker:
+            raise RunError(f"card {card.id}: {no_worker[0]}")
+    save_report(Report(cards=[base_card]), trials_dir / "baseline.json")
+    counted = budget_trials(study.get_trials(deepcopy=False))  # surplus and since-retried trials left out
+    for trial in counted:
         variant = trial.user_attrs.get("variant", "?")
-        key = f"{variant} {trial.params}" if trial.params else variant
+        params = {k.split(".", 1)[-1]: v for k, v in trial.params.items() if k != "variant"}
+        key = f"{variant}({', '.join(f'{k}={v}' for k, v in params.items())})" if params else variant
         status = trial.user_attrs.get("status")
         if status == "skipped":
             outcome.skipped[key] = trial.user_attrs.get("reason", "")
@@ -251,52 +307,49 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
             c = trial.user_attrs.get("correctness", {})
             outcome.infeasible[key] = f"max_rel {c.get('max_rel', float('nan')):.3g} > {c.get('tolerance')}"
         elif trial.state == optuna.trial.TrialState.FAIL:
-            outcome.failed[key] = str(trial.system_attrs.get("fail_reason", "failed"))[:200]
-    outcome.n_trials = len(study.trials)
+            stopped = trial.system_attrs.get("harness:interrupted")  # the process was stopped mid-trial
+            reason = trial.user_attrs.get("reason") or (f"interrupted ({stopped})" if stopped else None)
+            outcome.failed[key] = str(reason or "failed (no reason recorded)")[:200]
+    outcome.n_trials = len(counted)
     best = best_feasible(study)
     if best is not None:
         best_card = load_report(best.user_attrs["card"]).cards[0]
         outcome.best, outcome.best_variant = best_card, best.user_attrs.get("variant")
         outcome.best_params = {k.split(".", 1)[-1]: v for k, v in best.params.items() if k != "variant"}
-        best_fn = experiment.prepare(outcome.best_variant, workload,
-                                     _accepted(experiment.variants[outcome.best_variant], outcome.best_params)).fn
-        confirm(ctx, base.card, baseline_fn, best_card, best_fn)
-        save_report(Report(cards=[base.card]), trials_dir / "baseline.json")
+        best_params = _accepted(experiment.variants[outcome.best_variant], outcome.best_params)
+        account(confirm(ctx, session, base_card, best_card, outcome.best_variant, best_params))
+        save_report(Report(cards=[base_card]), trials_dir / "baseline.json")
         save_report(Report(cards=[best_card]), trials_dir / "best.json")
     return outcome
 
 
-def annotate(experiment: Experiment, card: Card, workload: Any) -> None:
-    """The experiment's own evidence on a measured card; an infeasible card (never timed) gets none."""
-    if experiment.annotate_fn is not None and card.extra.get("timing") is not None:
-        experiment.annotate_fn(card, workload)
-
-
-def confirm(ctx: RunContext, base_card: Card, base_fn: Any, best_card: Card, best_fn: Any) -> None:
-    """Re-time baseline and best in alternating rounds, so that drift hits both alike.
+def confirm(ctx: RunContext, session: CardSession, base_card: Card, best_card: Card, best_variant: str,
+            best_params: dict[str, Any]) -> Reply:
+    """Re-time baseline and best in alternating rounds (in the worker), so that drift hits both alike.
 
     The search timed each trial once, minutes apart from the baseline; the before/after ratio is
-    taken from these interleaved samples instead. The search's own timings are kept.
+    taken from these interleaved samples instead. The search's own timings are kept under
+    `search_timing`. If the rounds fail (crash, deadline), both cards keep the search's timings and
+    say why under `confirm_error`.
     """
     rounds = int(ctx.cfg["timing"].get("confirm_rounds", 3))
     if rounds < 1:
-        return
+        return Reply(True, "ok")
     budget = float(ctx.cfg["timing"]["budget_s"]) / 2
-    samples: dict[str, list[float]] = {"base": [], "best": []}
-    last: dict[str, Any] = {}
-    t0 = time.perf_counter()
-    for _ in range(rounds):
-        for key, fn in (("base", base_fn), ("best", best_fn)):
-            result = time_callable(fn, ctx.device, TimingSettings(warmup=1, min_repeats=3, budget_s=budget))
-            samples[key].extend(result.samples_us)
-            last[key] = result
-    ctx.phases["measurement_s"] += time.perf_counter() - t0
+    try:
+        reply = session.confirm(best_variant, best_params, rounds, budget)
+    except WorkerError as exc:
+        reply = Reply(False, "crash", {}, str(exc))
+    if not reply.ok:
+        for card in (base_card, best_card):
+            card.extra["confirm_error"] = reply.reason
+        log.warning("card %s: the confirm rounds failed (%s); the search's timings are kept",
+                    base_card.id, reply.reason)
+        return reply
     for key, card in (("base", base_card), ("best", best_card)):
-        pooled = type(last[key]).from_samples(
-            samples[key], warmup=1, method=f"{last[key].method}, {rounds} interleaved rounds with the other side",
-            device_name=last[key].device_name, clock_mhz=last[key].clock_mhz)
         card.extra["search_timing"] = card.extra.get("timing")
-        card.extra["timing"] = pooled.to_dict()
+        card.extra["timing"] = reply.result[key]
+    return reply
 
 
 def _report(cards: list[Card], rules: RuleSet, scope: str) -> Report:
@@ -341,6 +394,10 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
                                 "re-profiled here (at the recorded workload scale)"))
     _write_text(ctx.run_dir / "diff.md", render_markdown(diff, title))
     _write_text(ctx.run_dir / "summary.md", render_summary(ctx, outcomes, diffs))
+    try:
+        write_run_html(ctx.run_dir)
+    except Exception as exc:  # the page is a view of files already written: it must not fail the run
+        log.warning("report.html not written: %s: %s", type(exc).__name__, exc)
     return diff
 
 
@@ -445,18 +502,21 @@ def _normalized_report(path: str | None) -> Report:
 
 
 def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[CardOutcome]]:
+    """Validate everything (config, inputs, device, output folder, storage), then run each card.
+
+    Nothing is measured before the checks pass: a bad value, an unwritable run directory, an
+    unreachable storage or (without search.resume) an existing study is a one-line error first.
+    """
+    from harness.search import check_new_studies, describe_url, make_storage, study_name
+    from harness.validate import check_output_dir, validate_config
+
     started = time.perf_counter()
+    validate_config(cfg)
     try:
         rules = RuleSet.from_config(cfg.get("rules"))
     except ValueError as exc:
         raise RunError(str(exc)) from None
     experiment = load_experiment(cfg["experiment"]["module"])
-    tolerance = cfg["experiment"].get("tolerance", {}).get("max_rel")
-    if not isinstance(tolerance, (int, float)) or tolerance < 0:
-        raise RunError(f"experiment.tolerance.max_rel={tolerance!r}: must be a number >= 0")
-    scale = cfg["workload"].get("scale")
-    if scale is not None and not (0 < float(scale) <= 1):
-        raise RunError(f"workload.scale={scale}: must be in (0, 1]")
     report_path = cfg.get("report")
     report = load_report(report_path)
     normalized = classify_report(lint_report(report).normalized, rules)
@@ -474,8 +534,11 @@ def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[Car
         raise RunError(str(exc)) from None
     for note in notes:
         log.warning(note)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    check_output_dir(run_dir)
     storage = cfg["search"].get("storage") or f"sqlite:///{(run_dir / 'optuna.db').resolve()}"
+    if dict(cfg["experiment"].get("space") or {}) or len(experiment.variants) > 1:
+        check_new_studies(make_storage(storage, cfg["search"]), [study_name(experiment.name, c.id) for c in cards],
+                          bool(cfg["search"].get("resume")), describe_url(storage))
     timing = cfg["timing"]
     ctx = RunContext(
         cfg=cfg, run_dir=run_dir, experiment=experiment, rules=rules, device=device, profiler=profiler,
@@ -493,5 +556,7 @@ def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[Car
     ctx.phases["wall_s"] = wall
     ctx.phases["outside_measurement_s"] = wall - ctx.phases["measurement_s"]
     write_json_atomic(run_dir / "run.json", {"phases": ctx.phases, "environment": ctx.environment,
-                                             "cards": [o.card_id for o in outcomes], "storage": storage})
+                                             "cards": [o.card_id for o in outcomes],
+                                             "storage": describe_url(storage),
+                                             "worker": cfg["search"].get("worker")})
     return ctx, outcomes

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.auto import candidate_experiments, plan_auto
+from harness.cards.model import load_report
 from harness.cards.diff import card_time_us, diff_cards
 from harness.cards.lint import lint_report
 from harness.cards.rules import classify_report
@@ -78,3 +79,23 @@ def test_auto_matches_experiments_to_classes(report):
     assert all(cards[1] not in chosen for name, chosen in plan.by_experiment.items()
                if not experiments[name].applies_to("conv3d"))
     assert "no class" in plan.unmatched[cards[2].id]  # the FA2 card has no timed kernel
+
+
+@pytest.mark.slow
+def test_auto_runs_each_cards_experiments_and_one_summary(tmp_path):
+    from tests.app.test_run import _run
+
+    cards = ["dit-480-linear-m3n5120k5120-d55d81", "output-480-cast-f18982"]
+    proc = _run(tmp_path, "experiment=auto", f"cards=[{','.join(cards)}]")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = (tmp_path / "summary.md").read_text()
+    # d55d81 is DRAM-bound: batching; the cast card is unresolved after normalization: cast and stalls.
+    for name in ("dit_small_m_batching", "output_cast", "stall_breakdown"):
+        assert (tmp_path / name / "summary.md").exists(), name
+        assert f"({name}/summary.md)" in summary
+    assert not (tmp_path / "vae_channels_last").exists()
+    rows = [line for line in summary.splitlines() if line.startswith("| `")]
+    assert {card for card in cards if any(card in row for row in rows)} == set(cards)
+    assert "| 480x832 | dit |" in summary and "| 480x832 | output |" in summary
+    batched = load_report(tmp_path / "dit_small_m_batching" / "best.json").cards[0]
+    assert batched.extra["variant"]["calls"] >= 2 and "weight_stream" in batched.extra

@@ -24,7 +24,8 @@ def _run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
 def test_channels_last_end_to_end(tmp_path):
     proc = _run(tmp_path, "cards=[vae-480-conv3d-96to3k333t3-842ecd]")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for name in ("baseline.json", "best.json", "diff.md", "diff.json", "summary.md", "optuna.db", "run.json"):
+    for name in ("baseline.json", "best.json", "diff.md", "diff.json", "summary.md", "optuna.db", "run.json",
+                 "report.html"):
         assert (tmp_path / name).exists(), name
     best = load_report(tmp_path / "best.json")
     card = best.cards[0]
