@@ -36,22 +36,29 @@ fi
 python3 -c "import optuna, hydra, omegaconf; print('optuna', optuna.__version__, 'hydra', hydra.__version__)" || status=1
 
 step "GPU-marked tests and the ncu/trace parsers"
-timeout 240 python3 -m pytest -q -m "gpu or ncu" tests/ 2>&1 | tail -20 || status=1
-timeout 120 python3 -m pytest -q tests/profile 2>&1 | tail -5 || status=1
+timeout 120 python3 -m pytest -q -m "gpu or ncu" tests/ 2>&1 | tail -20 || status=1
+timeout 60 python3 -m pytest -q tests/profile 2>&1 | tail -5 || status=1
 
-step "one small experiment per op kind under ncu (baseline re-profile), then vae_channels_last"
-timeout 240 python3 -m harness experiment=reprofile device=cuda profiler=ncu workload.scale=0.25 \
-  profiler.keep_dir="$OUT_DIR/ncu_trial" search.n_trials=1 timing.budget_s=0.2 \
+step "one small card per op kind under ncu (baseline re-profile), warp stalls, vae_channels_last"
+timeout 120 python3 -m harness experiment=reprofile device=cuda profiler=ncu workload.scale=0.25 \
+  profiler.keep_dir="$OUT_DIR/ncu_trial" timing.budget_s=0.2 \
   hydra.run.dir="$OUT_DIR/reprofile_ncu" || status=1
-timeout 180 python3 -m harness experiment=vae_channels_last device=cuda profiler=ncu workload.scale=0.25 \
+timeout 75 python3 -m harness experiment=stall_breakdown device=cuda profiler=ncu workload.scale=0.25 \
+  'cards=[dit-480-linear-m4680n5120k144-500175]' profiler.keep_dir="$OUT_DIR/ncu_stalls" timing.budget_s=0.2 \
+  hydra.run.dir="$OUT_DIR/stall_breakdown_ncu" || status=1
+timeout 75 python3 -m harness experiment=vae_channels_last device=cuda profiler=ncu workload.scale=0.25 \
   'cards=[vae-480-conv3d-96to3k333t3-842ecd]' timing.budget_s=0.2 \
   hydra.run.dir="$OUT_DIR/vae_channels_last_ncu" || status=1
-timeout 120 python3 -m harness experiment=vae_bf16 device=cuda profiler=torch_cuda workload.scale=0.25 \
-  'cards=[vae-480-conv3d-96to3k333t3-842ecd]' timing.budget_s=0.2 \
-  hydra.run.dir="$OUT_DIR/vae_bf16_trace" || status=1
+
+step "experiment=auto on its default cards under the torch.profiler trace (Triton, CuPy, SDPA, cuBLASLt)"
+timeout 150 python3 -m harness experiment=auto device=cuda profiler=torch_cuda workload.scale=0.25 \
+  search.n_trials=8 timing.budget_s=0.1 timing.confirm_rounds=2 \
+  hydra.run.dir="$OUT_DIR/auto_trace" || status=1
 
 step "keep one real .ncu-rep with its raw CSV export"
 REP=$(ls "$OUT_DIR"/ncu_trial/*.ncu-rep 2>/dev/null | head -1)
+STALLS=$(ls "$OUT_DIR"/ncu_stalls/*.ncu-rep 2>/dev/null | head -1)
+[ -n "$STALLS" ] && { ncu --import "$STALLS" --csv --page raw --print-units base > "$OUT_DIR/stalls_raw_page.csv" || status=1; }
 if [ -n "$REP" ]; then
   ncu --import "$REP" --csv --page raw --print-units base > "$OUT_DIR/trial_raw_page.csv" || status=1
   python3 -m harness.cards import-ncu "$REP" --out "$OUT_DIR/imported_cards.json" || status=1
