@@ -60,7 +60,8 @@ def describe_environment(device: str, config: Any) -> dict[str, Any]:
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "cpu_name": cpu_name(),
         "cpu_mhz": _cpu_mhz(),
-        "torch_threads": torch.get_num_threads(),
+        # The measuring worker's threads: timing.cpu_threads when set, else torch's default.
+        "torch_threads": ((config or {}).get("timing") or {}).get("cpu_threads") or torch.get_num_threads(),
         "device_kind": "cuda" if device.startswith("cuda") else "cpu",
         # Which physical GPU "cuda" was when several processes share the studies (docs/scale-out.md).
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),

@@ -118,6 +118,8 @@ SCHEMA: dict[str, dict[str, Check]] = {
         "heartbeat_interval_s": integer(1, nullable=True),
         "grace_period_s": integer(1, nullable=True),
         "max_retry": integer(0, nullable=True),
+        "trial_deadline_s": number(0, low_open=True, nullable=True),
+        "worker_memory_limit_gb": number(0, low_open=True, nullable=True),
         "worker": lambda v: None if v is None or isinstance(v, (int, str)) and not isinstance(v, bool)
         else "an integer, a string or null",
     },
@@ -129,6 +131,7 @@ SCHEMA: dict[str, dict[str, Check]] = {
         "confirm_rounds": integer(0),
         "cuda_graph": boolean,
         "threshold": number(0, 1, high_open=True),
+        "cpu_threads": integer(1, nullable=True),
     },
     "workload": {
         "scale": number(0, 1, low_open=True, nullable=True),

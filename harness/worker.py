@@ -52,6 +52,7 @@ log = logging.getLogger("harness")
 STARTUP_TIMEOUT_S = 300.0  # a child that has not said "ready" by then is broken (an import that hangs)
 ENV_PARENT = "HARNESS_WORKER_PARENT"
 ENV_MEMORY_LIMIT = "HARNESS_WORKER_MEMORY_LIMIT_GB"
+ENV_CPU_THREADS = "HARNESS_WORKER_CPU_THREADS"
 ENV_LOG = "HARNESS_WORKER_LOG"
 
 _SIGNAL_MEANING = {
@@ -131,12 +132,15 @@ class TrialWorker:
     """Owns one worker child; starts it on the first request and again after it died or was killed."""
 
     def __init__(self, *, log_path: Path | None = None, pid_path: Path | None = None,
-                 memory_limit_gb: float | None = None, startup_timeout_s: float = STARTUP_TIMEOUT_S):
+                 memory_limit_gb: float | None = None, cpu_threads: int | None = None,
+                 startup_timeout_s: float = STARTUP_TIMEOUT_S):
         self.log_path = log_path
         self.pid_path = pid_path
         self.memory_limit_gb = memory_limit_gb
+        self.cpu_threads = cpu_threads
         self.startup_timeout_s = startup_timeout_s
         self.startups: list[float] = []  # wall seconds from spawn to "ready", per start
+        self.torch_threads: int | None = None  # what the running child's torch uses
         self._proc: subprocess.Popen | None = None
         self._send: int | None = None
         self._recv: int | None = None
@@ -170,6 +174,9 @@ class TrialWorker:
         env.pop(ENV_MEMORY_LIMIT, None)
         if self.memory_limit_gb:
             env[ENV_MEMORY_LIMIT] = str(float(self.memory_limit_gb))
+        env.pop(ENV_CPU_THREADS, None)
+        if self.cpu_threads:
+            env[ENV_CPU_THREADS] = str(int(self.cpu_threads))
         log_file = open(self.log_path, "ab") if self.log_path is not None else None  # noqa: SIM115
         try:
             self._proc = subprocess.Popen(
@@ -185,13 +192,15 @@ class TrialWorker:
                 log_file.close()
         self._send, self._recv, self._buffer = to_child_w, from_child_r, b""
         line = self._read_line(time.monotonic() + self.startup_timeout_s)
-        if line is None or not json.loads(line).get("ready"):
+        hello = json.loads(line) if line is not None else {}
+        if not hello.get("ready"):
             why = (f"no answer after {self.startup_timeout_s:g} s" if self._proc.poll() is None
                    else exit_reason(self._proc.returncode))
             self.kill()
             raise WorkerError(f"the worker process could not start ({why}){self._log_tail()}")
         seconds = time.perf_counter() - t0
         self.startups.append(seconds)
+        self.torch_threads = hello.get("torch_threads")
         if self.pid_path is not None:
             self.pid_path.write_text(f"{self._proc.pid}\n", encoding="ascii")
         log.info("worker process %d ready in %.1f s", self._proc.pid, seconds)
@@ -318,7 +327,8 @@ def worker_for(ctx: Any) -> TrialWorker:
     """This process's worker, pointed at the run of `ctx` (its worker.log and worker.pid).
 
     One worker serves every run of the process (experiment=auto runs one per experiment), so its
-    start-up is paid once; a different search.worker_memory_limit_gb starts a new one.
+    start-up is paid once; a different search.worker_memory_limit_gb or timing.cpu_threads starts a
+    new one.
     """
     global _WORKER
     search = ctx.cfg.get("search") or {}
@@ -329,10 +339,11 @@ def worker_for(ctx: Any) -> TrialWorker:
             log.warning("search.worker_memory_limit_gb is ignored here: it needs Linux (RLIMIT_AS) and the CPU "
                         "device (CUDA reserves more address space than any such limit)")
         limit = None
-    if _WORKER is not None and _WORKER.memory_limit_gb != limit:
+    threads = (ctx.cfg.get("timing") or {}).get("cpu_threads") if ctx.device.startswith("cpu") else None
+    if _WORKER is not None and (_WORKER.memory_limit_gb, _WORKER.cpu_threads) != (limit, threads):
         close_worker()
     if _WORKER is None:
-        _WORKER = TrialWorker(memory_limit_gb=limit)
+        _WORKER = TrialWorker(memory_limit_gb=limit, cpu_threads=threads)
     _WORKER.use_run_dir(Path(ctx.run_dir))
     return _WORKER
 
@@ -691,15 +702,18 @@ def main(argv: list[str]) -> int:
 
     faulthandler.enable(all_threads=True)  # a crash leaves its Python stack in worker.log
     requests, replies = os.fdopen(int(argv[0]), "rb"), int(argv[1])
-    import torch  # noqa: F401 - the import the worker exists to pay once
+    import torch  # the import the worker exists to pay once
 
     import harness.measure  # noqa: F401
     import harness.workloads.registry  # noqa: F401
 
+    if os.environ.get(ENV_CPU_THREADS):
+        torch.set_num_threads(int(os.environ[ENV_CPU_THREADS]))
+
     _limit_memory(os.environ.get(ENV_MEMORY_LIMIT))
     server = _Server()
     log_path = os.environ.get(ENV_LOG) or None
-    _send(replies, {"ready": True, "pid": os.getpid()})
+    _send(replies, {"ready": True, "pid": os.getpid(), "torch_threads": torch.get_num_threads()})
     for line in requests:
         if not line.strip():
             continue

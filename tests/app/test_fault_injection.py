@@ -285,3 +285,13 @@ def test_reasons_are_one_line():
     assert is_out_of_memory(MemoryError()) and is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory"))
     assert is_out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8"))
     assert not is_out_of_memory(RuntimeError("shape mismatch"))
+
+
+def test_timing_cpu_threads_reaches_the_worker(tmp_path):
+    """timing.cpu_threads pins the measuring worker's torch threads (a shared CPU's stalls)."""
+    worker = TrialWorker(log_path=tmp_path / "worker.log", cpu_threads=1)
+    try:
+        worker.start()
+        assert worker.torch_threads == 1
+    finally:
+        worker.kill()
