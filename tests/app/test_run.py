@@ -55,14 +55,29 @@ def test_channels_last_end_to_end(tmp_path):
 
 
 @pytest.mark.slow
-def test_bf16_infeasible_variant_is_never_best(tmp_path):
-    proc = _run(tmp_path, "experiment=vae_bf16", "cards=[vae-480-conv3d-96to3k333t3-842ecd]",
-                "experiment.tolerance.max_rel=1e-9")
+def test_an_infeasible_variant_is_never_best(tmp_path):
+    # float32 compute on the pre-transposed weight sums in another order than the bf16 baseline: an
+    # error of ~3e-5, over a 1e-9 tolerance.
+    space = "{dtype_layout: {compute_dtype: [float32], weight_layout: [kn]}, blas_library: {library: [cublas]}}"
+    proc = _run(tmp_path, "experiment=dit_gemm_tiles", "cards=[dit-480-linear-m3n5120k256-ff7b7c]",
+                "experiment.tolerance.max_rel=1e-9", "~experiment.space", f"+experiment.space={space}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = (tmp_path / "summary.md").read_text()
     assert "no feasible variant" in summary
-    assert "infeasible" in summary and "skipped" in summary  # fp16 has no CPU conv kernel
+    assert "infeasible" in summary and "skipped" in summary  # blas_library needs CUDA
     assert load_report(tmp_path / "best.json").cards == []
+
+
+@pytest.mark.slow
+def test_bf16_conv_is_skipped_with_its_reason_on_a_cpu_without_bf16_math(tmp_path):
+    import torch
+
+    if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
+        pytest.skip("this CPU has bf16 math: the bf16 variants run here")
+    proc = _run(tmp_path, "experiment=vae_bf16", "cards=[vae-480-conv3d-96to3k333t3-842ecd]")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = (tmp_path / "summary.md").read_text()
+    assert "no bf16 math" in summary and "no fast CPU kernel" in summary
 
 
 @pytest.mark.parametrize(
