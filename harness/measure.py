@@ -206,8 +206,13 @@ def _card(
     card.extra["id"] = source.id
     card.kernels = copy.deepcopy(kernels)
     card.summed_kernel_us = sum(k.metric("dur_us") or 0.0 for k in card.kernels) if card.kernels else None
-    card.nominal_mac_flops = workload.flops or None
+    card.nominal_mac_flops = workload.flops  # 0 for a cast: it does no arithmetic
     card.shape_parameters_encoded = False
+    if not card.shape_parameters:
+        # The report lost this op's shape (the casts); the re-profiled card records the shape it ran,
+        # unscaled, so it is a complete input for the next round.
+        card.shape_parameters = dict(workload.original_shape)
+        card.group = f"{card.stage}:{card.op}:{card.shape_parameters}"
     card.extra.update(
         {
             "harness": label,

@@ -99,3 +99,21 @@ def test_auto_runs_each_cards_experiments_and_one_summary(tmp_path):
     assert "| 480x832 | dit |" in summary and "| 480x832 | output |" in summary
     batched = load_report(tmp_path / "dit_small_m_batching" / "best.json").cards[0]
     assert batched.extra["variant"]["calls"] >= 2 and "weight_stream" in batched.extra
+
+
+@pytest.mark.slow
+def test_a_cast_best_json_is_lint_clean_and_carries_its_shape_to_the_next_round(tmp_path):
+    from tests.app.test_run import _run
+
+    first = tmp_path / "first"
+    proc = _run(first, "experiment=output_cast", "cards=[output-480-cast-f18982]", "search.n_trials=2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    best = load_report(first / "best.json")
+    assert best.cards[0].shape_parameters["shape"] == [1, 3, 9, 480, 832]  # the report had lost it
+    lint = lint_report(best)
+    assert lint.findings == [], lint.findings
+    second = tmp_path / "second"
+    proc = _run(second, f"report={first / 'best.json'}", "experiment=output_cast",
+                "cards=[output-480-cast-f18982]", "search.n_trials=1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert load_report(second / "baseline.json").cards[0].extra["workload"]["original_shape"]["shape"][2] == 9
