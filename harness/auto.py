@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from harness.cards.html import render_index_html
 from harness.cards.lint import lint_report
-from harness.cards.model import Card, load_report, write_json_atomic
+from harness.cards.model import Card, load_report, write_json_atomic, write_text_atomic
 from harness.cards.rules import RuleSet, classify_report
 from harness.experiment import Experiment, ExperimentError, load_experiment
 from harness.overview import CardResult, render_end_to_end
@@ -96,9 +97,9 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, conf_dir: 
         lines.append(f"| `{card.id}` | {card.primary} | {', '.join(names) or plan.unmatched.get(card.id, '')} |")
     lines += ["", "Sub-runs:", *sections, "", render_end_to_end(report, results, measured_on)]
     text = "\n".join(lines) + "\n"
-    tmp = run_dir / ".summary.md.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(run_dir / "summary.md")
+    write_text_atomic(run_dir / "summary.md", text)
+    runs = [(name, f"{name}/report.html") for name in plan.by_experiment]
+    write_text_atomic(run_dir / "report.html", render_index_html("harness auto run", runs, text))
     write_json_atomic(run_dir / "run.json", {
         "experiments": {n: [c.id for c in chosen] for n, chosen in plan.by_experiment.items()},
         "unmatched": plan.unmatched, "wall_s": time.perf_counter() - started})

@@ -23,7 +23,7 @@ from tqdm import tqdm
 from harness.cards.html import write_run_html
 from harness.cards.diff import CardDiff, ReportDiff, card_time_us, diff_cards, render_markdown
 from harness.cards.lint import lint_report
-from harness.cards.model import Card, Report, load_report, save_report, write_json_atomic
+from harness.cards.model import Card, Report, load_report, save_report, write_json_atomic, write_text_atomic
 from harness.cards.rules import RuleSet, class_counts, classify_report, rules_text
 from harness.environment import describe_environment, resolve_device
 from harness.experiment import Experiment, load_experiment
@@ -389,11 +389,11 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
                for o in outcomes],
         only_before=[], only_after=[],
     )
-    _write_text(ctx.run_dir / "baseline_reproduction.md",
+    write_text_atomic(ctx.run_dir / "baseline_reproduction.md",
                 render_markdown(reproduction, "Baseline reproduction: the report's card vs the baseline "
                                 "re-profiled here (at the recorded workload scale)"))
-    _write_text(ctx.run_dir / "diff.md", render_markdown(diff, title))
-    _write_text(ctx.run_dir / "summary.md", render_summary(ctx, outcomes, diffs))
+    write_text_atomic(ctx.run_dir / "diff.md", render_markdown(diff, title))
+    write_text_atomic(ctx.run_dir / "summary.md", render_summary(ctx, outcomes, diffs))
     try:
         write_run_html(ctx.run_dir)
     except Exception as exc:  # the page is a view of files already written: it must not fail the run
@@ -417,12 +417,6 @@ def _variant_label(o: CardOutcome) -> str | None:
         return None
     params = ", ".join(f"{k}={v}" for k, v in o.best_params.items())
     return f"{o.best_variant}({params})" if params else o.best_variant
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 # Card extras every measurement writes; anything else was added by the experiment's annotate hook.

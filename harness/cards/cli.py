@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from harness.cards.diff import ReportDiff, diff_reports, render_markdown
 from harness.cards.lint import lint_report
-from harness.cards.model import Card, Report, ReportError, load_report, save_report, write_json_atomic
+from harness.cards.model import Card, Report, ReportError, load_report, save_report, write_json_atomic, write_text_atomic
 from harness.cards.rules import RuleSet, classify_report
 
 EXIT_BAD_INPUT = 2
@@ -172,7 +172,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _write_diff_html(diff: ReportDiff, before: Report, after: Report, args: argparse.Namespace) -> None:
-    from harness.cards.html import render_diff_html, write_text_atomic  # matplotlib: only when asked
+    from harness.cards.html import render_diff_html  # matplotlib: only when asked
 
     target = Path(args.html)
     if target.is_dir():  # before rendering: a page of many cards takes seconds

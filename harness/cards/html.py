@@ -15,8 +15,6 @@ from __future__ import annotations
 import html
 import io
 import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +27,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from harness.cards.diff import ReportDiff, calls_per_invocation, card_time_us, kernel_family
-from harness.cards.model import Card, Report, ReportError, load_report
+from harness.cards.model import Card, Report, ReportError, load_report, write_text_atomic
 
 BEFORE_COLOR, AFTER_COLOR = "#4c72b0", "#dd8452"
 REMOVED_COLOR, ADDED_COLOR = "#c0392b", "#1e8449"
@@ -719,20 +717,16 @@ def render_diff_html(diff: ReportDiff, before: Report, after: Report, title: str
     return page(title, intro, views)
 
 
-def write_text_atomic(path: Path, text: str) -> Path:
-    """Write so that a browser reloading the page never sees half of it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; the page is meant to be opened by anyone who can read the run
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+def render_index_html(title: str, runs: list[tuple[str, str]], summary: str) -> str:
+    """A page over several runs (experiment=auto): links to each run's page, then the overall summary."""
+    links = "".join(f'<li><a href="{esc(href)}">{esc(name)}</a></li>' for name, href in runs)
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
+        f"<h1>{esc(title)}</h1><h2>Runs</h2><ul>{links}</ul><h2>Summary</h2><pre>{esc(summary)}</pre>"
+        "</body></html>\n"
+    )
 
 
 def write_run_html(run_dir: Path) -> Path:

@@ -94,6 +94,8 @@ def test_auto_runs_each_cards_experiments_and_one_summary(tmp_path):
         assert (tmp_path / name / "summary.md").exists(), name
         assert f"({name}/summary.md)" in summary
     assert not (tmp_path / "vae_channels_last").exists()
+    index = (tmp_path / "report.html").read_text()
+    assert 'href="dit_small_m_batching/report.html"' in index and (tmp_path / "output_cast" / "report.html").exists()
     rows = [line for line in summary.splitlines() if line.startswith("| `")]
     assert {card for card in cards if any(card in row for row in rows)} == set(cards)
     assert "| 480x832 | dit |" in summary and "| 480x832 | output |" in summary
