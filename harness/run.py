@@ -394,11 +394,16 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
                                 "re-profiled here (at the recorded workload scale)"))
     write_text_atomic(ctx.run_dir / "diff.md", render_markdown(diff, title))
     write_text_atomic(ctx.run_dir / "summary.md", render_summary(ctx, outcomes, diffs))
+    write_page(ctx.run_dir)
+    return diff
+
+
+def write_page(run_dir: Path) -> None:
+    """report.html from the files of the run so far."""
     try:
-        write_run_html(ctx.run_dir)
+        write_run_html(run_dir)
     except Exception as exc:  # the page is a view of files already written: it must not fail the run
         log.warning("report.html not written: %s: %s", type(exc).__name__, exc)
-    return diff
 
 
 def card_results(experiment: Experiment, outcomes: list[CardOutcome], diffs: list[CardDiff]) -> list[CardResult]:
@@ -553,4 +558,5 @@ def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[Car
                                              "cards": [o.card_id for o in outcomes],
                                              "storage": describe_url(storage),
                                              "worker": cfg["search"].get("worker")})
+    write_page(run_dir)  # again, now with run.json's environment and phases
     return ctx, outcomes

@@ -278,7 +278,9 @@ def roofline_svg(roofs: list[Roofs], points: list[tuple[str, float, float]]) -> 
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
-    ax.set_ylim(min(p[2] for p in points) / 5, max(r.compute_flops_s for r in roofs) * 4)
+    # Points above a roof happen (peaks measured on a busy CPU read low): keep them in view.
+    top = max([r.compute_flops_s for r in roofs] + [p[2] for p in points])
+    ax.set_ylim(min(p[2] for p in points) / 5, top * 4)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("FLOP/s")
     ax.grid(True, which="major", alpha=0.3)

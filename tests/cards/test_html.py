@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import html
 import json
 import re
 import shutil
@@ -54,6 +55,14 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def run_page(run_dir: Path) -> Path:
     return write_run_html(run_dir)
+
+
+@pytest.mark.slow
+def test_the_run_writes_its_own_page_with_the_run_facts(run_dir: Path) -> None:
+    """The app's last page is written after run.json: the device and wall time are on it."""
+    page = (run_dir / "report.html").read_text(encoding="utf-8")
+    run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    assert html.escape(run["environment"]["device_name"]) in page and "wall_s" in page
 
 
 @pytest.mark.slow
