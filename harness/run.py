@@ -8,7 +8,6 @@ what it finished.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
 import time
@@ -149,6 +148,7 @@ class RunContext:
     environment: dict[str, Any]
     settings: TimingSettings
     storage: str
+    report: Report  # the input report, normalized and classified: the cards' time shares, cast frames
     phases: dict[str, float] = field(default_factory=lambda: {"measurement_s": 0.0, "profiling_s": 0.0,
                                                                   "setup_s": 0.0})
     diff: ReportDiff | None = None  # the latest before/after diff written
@@ -173,8 +173,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     cast_cfg = {k: v for k, v in dict(workload_cfg.get("cast") or {}).items()}
     if card.op_kind == "cast" and cast_cfg.get("frames") is None:
         # The report lost the cast's shape; its pair of cast cards per resolution tells 9 from 12 frames.
-        normalized = _normalized_report(report_path)
-        frames = cast_frames_from_report(normalized.card(card.id), normalized)
+        frames = cast_frames_from_report(ctx.report.card(card.id), ctx.report)
         if frames is not None:
             cast_cfg["frames"] = frames
     trials_dir = ctx.run_dir / "trials" / card.id
@@ -490,14 +489,9 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
               "(estimated metrics are roofline estimates, not counters).", ""]
     scales = sorted({str((o.baseline.extra.get("workload") or {}).get("scale")) for o in outcomes})
     lines.append(render_end_to_end(
-        _normalized_report(ctx.cfg.get("report")), card_results(ctx.experiment, outcomes, diffs),
+        ctx.report, card_results(ctx.experiment, outcomes, diffs),
         measured_on=f"{ctx.environment.get('device_name')} ({ctx.device}) at workload scale {', '.join(scales)}"))
     return "\n".join(lines) + "\n"
-
-
-@functools.lru_cache(maxsize=4)
-def _normalized_report(path: str | None) -> Report:
-    return lint_report(load_report(path)).normalized
 
 
 def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[CardOutcome]]:
@@ -541,7 +535,7 @@ def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[Car
     timing = cfg["timing"]
     ctx = RunContext(
         cfg=cfg, run_dir=run_dir, experiment=experiment, rules=rules, device=device, profiler=profiler,
-        environment=describe_environment(device, cfg), storage=storage,
+        environment=describe_environment(device, cfg), storage=storage, report=normalized,
         settings=TimingSettings(warmup=int(timing["warmup"]), min_repeats=int(timing["min_repeats"]),
                                 budget_s=float(timing["budget_s"]), cuda_graph=bool(timing.get("cuda_graph"))),
     )
