@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.cards.fields import COMPUTE_BOUND, PARTIAL_WAVE_TAIL
+from harness.correctness import unit_roundoff
 from harness.experiment import Experiment, Prepared, VariantSkipped
 from harness.profile.occupancy import SmLimits
 from harness.workloads.base import Workload, dtype_name, element_size, parse_dtype
@@ -431,7 +432,9 @@ def dtype_layout(w: Workload, compute_dtype: str = "float32", weight_layout: str
         def run() -> torch.Tensor:
             return F.linear(x.to(dtype), weight_c, bias_c).to(out_dtype)
 
-    return Prepared(run, facts=facts)
+    # float32 (or fp16 from bf16) is at least the baseline's precision; below the workload's dtype is lowered.
+    lowered = unit_roundoff(dtype) > unit_roundoff(out_dtype)
+    return Prepared(run, precision=dtype_name(dtype) if lowered else None, facts=facts)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.cards.fields import COMPUTE_BOUND, L2_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL, UNRESOLVED
-from harness.experiment import Experiment, VariantSkipped
+from harness.experiment import Experiment, Prepared, VariantSkipped
 from harness.workloads.base import Workload
 
 EXPERIMENT = Experiment(
@@ -59,6 +59,6 @@ def fp32(w: Workload) -> Callable[[], torch.Tensor]:
 
 
 @EXPERIMENT.variant
-def low_precision(w: Workload, dtype: str = "bfloat16", memory_format: str = "contiguous") -> Callable[[], torch.Tensor]:
-    """bf16 or fp16 inputs, weight and bias, in either memory format."""
-    return _conv(w, _DTYPES[dtype], _FORMATS[memory_format])
+def low_precision(w: Workload, dtype: str = "bfloat16", memory_format: str = "contiguous") -> Prepared:
+    """bf16 or fp16 inputs, weight and bias, in either memory format: held to that dtype's rounding."""
+    return Prepared(_conv(w, _DTYPES[dtype], _FORMATS[memory_format]), precision=dtype)

@@ -25,15 +25,17 @@ from harness.cards.diff import card_time_us
 from harness.cards.model import ReportError
 from harness.experiment import ExperimentError
 from harness.auto import AUTO, run_auto
+from harness.provenance import ResumeError, check_run_dir, claim_run_dir, resumable
 from harness.run import RunError, execute
 from harness.search import SearchError, make_storage, note_interrupt, safe_to_interrupt
+from harness.stopping import record_stop
 from harness.validate import ConfigError, check_creatable, validate_config
 from harness.workloads.base import WorkloadError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 EXIT_BAD_INPUT = 2
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # exit status 128 + the signal: 130, 143
-BAD_INPUT = (RunError, ReportError, ExperimentError, SearchError, WorkloadError, ConfigError)
+BAD_INPUT = (RunError, ReportError, ExperimentError, SearchError, WorkloadError, ConfigError, ResumeError)
 log = logging.getLogger("harness")
 _received: list[int] = []  # the signal that asked this process to stop
 _redelivery: list[int] = []  # a deferred signal this process sent itself again, pending
@@ -82,25 +84,41 @@ def install_signal_handlers() -> None:
         signal.signal(signum, _on_signal)
 
 
-def _stopped(run_dir: Path | None) -> NoReturn:
+def _stopped(run_dir: Path | None, stop: BaseException | None = None) -> NoReturn:
+    """Say where the outputs are and how to resume; mark the run's files as stopped (harness.stopping).
+
+    A folder whose run never started (no run identity recorded: stopped during set-up) holds nothing
+    to resume: the line says so, and the run is started again rather than resumed.
+    """
     signum = _received[0] if _received else signal.SIGINT
     name = signal.Signals(signum).name
-    if run_dir is None:
+    if run_dir is None or not resumable(run_dir):
         print(f"interrupted ({name}) before the run started: nothing was measured", file=sys.stderr)
     else:
-        print(f"interrupted ({name}): what finished is in {run_dir}; resume with: {resume_command(run_dir)}",
-              file=sys.stderr)
+        command = resume_command(run_dir)
+        try:
+            record_stop(run_dir, stop or KeyboardInterrupt(), name, command)
+        except OSError as exc:  # a full or vanished disk: the line below still says how to resume
+            print(f"warning: the stop could not be recorded in {run_dir} ({exc})", file=sys.stderr)
+        print(f"interrupted ({name}): what finished is in {run_dir}; resume with: {command}", file=sys.stderr)
     sys.exit(128 + signum)
 
 
 def resume_command(run_dir: Path) -> str:
-    """This run's command line with search.resume=true and its run directory."""
+    """The resume line README documents: `python -m harness experiment=NAME [the run's other overrides]
+    search.resume=true hydra.run.dir=DIR`; the experiment is always named (the folder's identity is checked
+    against it), and a `hydra.searchpath` that found it is kept."""
     try:
-        overrides = list(HydraConfig.get().overrides.task)
+        hydra_cfg = HydraConfig.get()
+        overrides = list(hydra_cfg.overrides.task)
+        searchpath = [o for o in hydra_cfg.overrides.hydra if o.lstrip("+~").startswith("hydra.searchpath=")]
+        experiment = hydra_cfg.runtime.choices.get("experiment")
     except ValueError:  # outside a Hydra run
-        overrides = []
-    kept = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.run.dir=", "search.resume="))]
-    args = [*kept, "search.resume=true", f"hydra.run.dir={run_dir}"]
+        overrides, searchpath, experiment = [], [], None
+    own = ("hydra.run.dir", "search.resume", "experiment")
+    kept = [o for o in overrides if o.lstrip("+~").partition("=")[0] not in own]
+    args = [*([f"experiment={experiment}"] if experiment else []), *kept, *searchpath,
+            "search.resume=true", f"hydra.run.dir={run_dir}"]
     return "python -m harness " + " ".join(shlex.quote(a) for a in args)
 
 
@@ -110,12 +128,15 @@ def app(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     config = OmegaConf.to_container(cfg, resolve=True)
     if config["experiment"]["name"] == AUTO:
-        try:
-            summary = run_auto(config, run_dir, _compose_experiment, CONF_DIR)
+        try:  # auto's own identity; each sub-run claims its folder <run>/<experiment>/ in execute
+            claim_run_dir(run_dir, config, device=str(config.get("device")),
+                          profiler=str((config.get("profiler") or {}).get("name")),
+                          cards=config.get("cards") or config["experiment"].get("default_cards"))
+            summary = run_auto(config, run_dir, _compose_experiment, known_experiments([]))
         except BAD_INPUT as exc:
             _fail(str(exc))
-        except KeyboardInterrupt:
-            _stopped(run_dir)
+        except KeyboardInterrupt as stop:
+            _stopped(run_dir, stop)
         print(summary)
         print(f"outputs: {run_dir}  (summary.md, and one sub-run folder per experiment)")
         return None
@@ -123,8 +144,8 @@ def app(cfg: DictConfig) -> float | None:
         ctx, outcomes = execute(config, run_dir)
     except BAD_INPUT as exc:
         _fail(str(exc))
-    except KeyboardInterrupt:
-        _stopped(run_dir)
+    except KeyboardInterrupt as stop:
+        _stopped(run_dir, stop)
     phases = ctx.phases
     outside = phases["outside_measurement_s"]
     print(f"\n{ctx.experiment.name}: {len(outcomes)} card(s) on {ctx.device} in {phases['wall_s']:.1f} s; "
@@ -137,18 +158,43 @@ def app(cfg: DictConfig) -> float | None:
     return min(speedups) if speedups else None
 
 
+def _searchpath_overrides(args: list[str]) -> list[str]:
+    """The `hydra.searchpath=[...]` overrides among `args`: where a user's own experiment configs live."""
+    return [a for a in args if a.lstrip("+~").startswith("hydra.searchpath=")]
+
+
+def known_experiments(args: list[str]) -> list[str]:
+    """The options of the experiment group: conf/experiment/ plus every folder `hydra.searchpath` adds."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    searchpath = _searchpath_overrides(args)
+    if GlobalHydra.instance().is_initialized():  # inside the app: Hydra's own search path, as composed
+        searchpath = _searchpath_overrides(list(HydraConfig.get().overrides.hydra)) or searchpath
+        return GlobalHydra.instance().config_loader().get_group_options(
+            "experiment", config_name="config", overrides=searchpath)
+    with initialize_config_dir(version_base=None, config_dir=str(CONF_DIR), job_name="harness"):
+        return GlobalHydra.instance().config_loader().get_group_options(
+            "experiment", config_name="config", overrides=searchpath)
+
+
 def _compose_experiment(name: str) -> dict[str, Any]:
     """Experiment `name`'s config with this run's overrides (auto's sub-runs): what `experiment=name` gives."""
     from hydra import compose
 
     own = ("experiment=", "experiment.", "cards=", "hydra.")
     overrides = [o for o in HydraConfig.get().overrides.task if not o.lstrip("+~").startswith(own)]
-    cfg = compose(config_name="config", overrides=[*overrides, f"experiment={name}"])
+    searchpath = _searchpath_overrides(list(HydraConfig.get().overrides.hydra))
+    cfg = compose(config_name="config", overrides=[*searchpath, *overrides, f"experiment={name}"])
     return OmegaConf.to_container(cfg, resolve=True)
 
 
 def _one_line(exc: BaseException) -> str:
-    """A Hydra/OmegaConf error message on one line (without the config search path)."""
+    """A Hydra/OmegaConf error message on one line (without the config search path).
+
+    Hydra's own "Error merging override ..." / "Error loading ..." lose their leading "Error": the line
+    already starts with `error: `, once, in lower case, like every error of the harness.
+    """
     parts: list[str] = []
     for line in str(exc).splitlines():
         if line.startswith(("Config search path", "See https://hydra.cc")):
@@ -156,7 +202,7 @@ def _one_line(exc: BaseException) -> str:
         if line.strip():
             joiner = ", " if line.startswith("\t") and parts and not parts[-1].endswith(":") else " "
             parts.append((joiner if parts else "") + line.strip())
-    text = "".join(parts)
+    text = "".join(parts).removeprefix("Error ")
     cause = exc.__cause__
     if cause is not None and str(cause).strip():
         text += f" ({str(cause).strip().splitlines()[0]})"
@@ -174,7 +220,9 @@ def preflight(args: list[str]) -> None:
         return
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+    from harness.validate import closest_key, known_keys, unknown_key_message
 
     try:
         with initialize_config_dir(version_base=None, config_dir=str(CONF_DIR), job_name="harness"):
@@ -184,23 +232,37 @@ def preflight(args: list[str]) -> None:
                 del cfg["hydra"]
             config = OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as exc:
+        # Hydra's "Could not override 'K'" for a key the config lacks: in a checked section (or near a
+        # known key), the message validate gives for a key added with `+`, with the key most likely
+        # meant; Hydra's advice to add it with `+` would only move the error there.
+        missing = str(exc).partition("Could not override '")[2].partition("'")[0]
+        checked = missing and (missing.rpartition(".")[0] in known_keys() or closest_key(missing))
+        if checked and isinstance(exc.__cause__, (ConfigAttributeError, ConfigKeyError)):
+            _fail(unknown_key_message(missing))
         _fail(_one_line(exc))
     try:
         validate_config(config)
         check_creatable(run_dir, "hydra.run.dir")
+        # Before Hydra writes into the folder: not another run's, and with resume, a run to resume.
+        check_run_dir(Path(run_dir), config)
         if config["search"].get("storage"):  # the default lives in the run directory, not made yet
             make_storage(config["search"]["storage"], config["search"])
-    except (ConfigError, SearchError) as exc:
+    except (ConfigError, SearchError, ResumeError) as exc:
         _fail(str(exc))
 
 
 def main() -> None:
-    experiments = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
     args = sys.argv[1:]
     for arg in args:
         key, _, value = arg.partition("=")
-        if key.lstrip("+~") == "experiment" and value and "," not in value and value not in experiments:
-            _fail(f"unknown experiment {value!r}; choose one of: {', '.join(experiments)}")
+        if key.lstrip("+~") == "experiment" and value and "," not in value:
+            try:
+                experiments = known_experiments(args)
+            except Exception as exc:  # a malformed hydra.searchpath: Hydra's own message, on one line
+                _fail(_one_line(exc))
+            if value not in experiments:
+                _fail(f"unknown experiment {value!r}; choose one of: {', '.join(experiments)} "
+                      "(a config folder of your own joins with hydra.searchpath=[file://DIR])")
     install_signal_handlers()
     try:
         preflight(args)

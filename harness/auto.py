@@ -34,17 +34,14 @@ class AutoPlan:
     unmatched: dict[str, str] = field(default_factory=dict)  # card id -> why no experiment applies
 
 
-def candidate_experiments(conf_dir: Path, modules: Mapping[str, str]) -> dict[str, Experiment]:
-    """The experiments `auto` may choose from: every config in conf/experiment/ but auto and reprofile."""
+def candidate_experiments(configs: Mapping[str, Mapping[str, Any]]) -> dict[str, Experiment]:
+    """The experiments `auto` may choose from: every composed experiment config but auto and reprofile."""
     found: dict[str, Experiment] = {}
-    for path in sorted((conf_dir / "experiment").glob("*.yaml")):
-        name = path.stem
-        if name in NOT_AUTOMATIC:
-            continue
-        module = modules.get(name)
+    for name, cfg in configs.items():
+        module = (cfg.get("experiment") or {}).get("module")
         if module is None:
-            raise ExperimentError(f"conf/experiment/{name}.yaml names no experiment.module")
-        found[name] = load_experiment(module)
+            raise ExperimentError(f"experiment config {name}.yaml names no experiment.module")
+        found[name] = load_experiment(module, expected_name=cfg["experiment"].get("name"))
     return found
 
 
@@ -62,12 +59,15 @@ def plan_auto(cards: list[Card], experiments: Mapping[str, Experiment]) -> AutoP
     return plan
 
 
-def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, conf_dir: Path) -> str:
-    """Run the plan, one sub-run per experiment; return the overall summary (also written to summary.md)."""
+def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, options: list[str]) -> str:
+    """Run the plan, one sub-run per experiment; return the overall summary (also written to summary.md).
+
+    `options` are the experiment group's options, those on `hydra.searchpath` included, so a user's
+    own experiments are candidates like the shipped ones.
+    """
     started = time.perf_counter()
-    configs = {path.stem: compose(path.stem) for path in sorted((conf_dir / "experiment").glob("*.yaml"))
-               if path.stem not in NOT_AUTOMATIC}
-    experiments = candidate_experiments(conf_dir, {n: c["experiment"].get("module") for n, c in configs.items()})
+    configs = {name: compose(name) for name in sorted(options) if name not in NOT_AUTOMATIC}
+    experiments = candidate_experiments(configs)
     try:
         rules = RuleSet.from_config(cfg.get("rules"))
     except ValueError as exc:
@@ -95,7 +95,8 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, conf_dir: 
     for card in cards:
         names = [n for n, chosen in plan.by_experiment.items() if card in chosen]
         lines.append(f"| `{card.id}` | {card.primary} | {', '.join(names) or plan.unmatched.get(card.id, '')} |")
-    lines += ["", "Sub-runs:", *sections, "", render_end_to_end(report, results, measured_on)]
+    lines += ["", "Sub-runs:", *sections, "",
+              render_end_to_end(report, results, measured_on, str(cfg.get("report_device") or "H200"))]
     text = "\n".join(lines) + "\n"
     write_text_atomic(run_dir / "summary.md", text)
     runs = [(name, f"{name}/report.html") for name in plan.by_experiment]

@@ -4,19 +4,23 @@ An experiment module in `experiments/` creates one `Experiment` and registers sm
 TritonBench style. Each variant takes the card's built workload (inputs already made, nothing timed)
 plus its Optuna parameters, and returns the callable that is timed and profiled, or a `Prepared`
 when it has more to say (several original calls batched into one, FLOPs executed beyond the nominal
-ones, an expected output of its own, facts for the card). A variant that cannot run here raises
-`VariantSkipped` with the reason, which the summary shows. An optional `annotate` hook adds the
-experiment's own evidence to every measured card (achieved TFLOP/s, bandwidth bound, warp stalls).
+ones, an expected output of its own, the lower precision it computes in, facts for the card). Every
+output is checked against the workload's float64 reference (harness.correctness). A variant that
+cannot run here raises `VariantSkipped` with the reason, which the summary shows. An optional
+`annotate` hook adds the experiment's own evidence to every measured card (achieved TFLOP/s,
+bandwidth bound, warp stalls).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
+from harness.correctness import CorrectnessError, unit_roundoff
 from harness.workloads.base import Workload
 
 
@@ -28,12 +32,24 @@ class Prepared:
     fn: Callable[[], torch.Tensor]
     calls: int = 1  # original calls of the op one invocation performs (batching); time is per call
     executed_flops: float | None = None  # FLOPs the kernels execute, padding to tiles included
-    expected: torch.Tensor | None = None  # what fn must return when it is not the baseline's output
+    # What fn must return when it is not one call's output: `calls` calls' outputs stacked on dim 0, the
+    # first being the workload's own call (checked against the float64 reference: harness.correctness).
+    expected: torch.Tensor | None = None
+    # The dtype it computes in when that is below the baseline's (e.g. "bfloat16"): held to that
+    # dtype's rounding instead of the baseline's error. None: the baseline's precision (or higher).
+    precision: str | None = None
     facts: dict[str, Any] = field(default_factory=dict)  # configuration and evidence shown on the card
 
     def __post_init__(self) -> None:
         if self.calls < 1:
             raise ExperimentError(f"Prepared.calls={self.calls}: must be at least 1")
+        if self.precision is not None:
+            try:
+                floating = unit_roundoff(self.precision) > 0
+            except CorrectnessError as exc:
+                raise ExperimentError(f"Prepared.precision={self.precision!r}: {exc}") from None
+            if not floating:
+                raise ExperimentError(f"Prepared.precision={self.precision!r}: name a floating-point dtype")
 
 
 VariantFn = Callable[..., "Callable[[], torch.Tensor] | Prepared"]
@@ -56,9 +72,6 @@ class Experiment:
     check: str  # a harness.cards.diff.CHECKS name
     classes: tuple[str, ...] = ()  # bottleneck classes whose counter-experiment this tests
     workload_dtype: str = "float32"  # dtype the baseline's inputs are built in
-    # What outputs are checked against: "baseline" (the baseline variant's output) or "exact" (the
-    # workload's float64 recomputation, e.g. attention over the valid keys only).
-    reference: str = "baseline"
     # ncu metric set this experiment needs (harness.profile.ncu.metrics); None: the profiler's own.
     metric_set: str | None = None
     variants: dict[str, VariantFn] = field(default_factory=dict)
@@ -66,8 +79,10 @@ class Experiment:
     annotate_fn: AnnotateFn | None = None
 
     def __post_init__(self) -> None:
-        if self.reference not in ("baseline", "exact"):
-            raise ExperimentError(f"{self.name}: reference={self.reference!r}; use 'baseline' or 'exact'")
+        from harness.cards.diff import CHECKS
+
+        if self.check not in CHECKS:
+            raise ExperimentError(f"{self.name}: unknown check {self.check!r}; choose one of {', '.join(sorted(CHECKS))}")
 
     def variant(self, fn: VariantFn) -> VariantFn:
         if fn.__name__ in self.variants:
@@ -98,9 +113,25 @@ class Experiment:
     def applies_to(self, op_kind: str) -> bool:
         return op_kind in self.op_kinds
 
+    def check_space(self, space: dict[str, Any]) -> None:
+        """Every parameter of the space is one its variant takes: a typo must not be searched silently."""
+        for variant, params in space.items():
+            if variant not in self.variants:
+                continue  # harness.search.validate_space names unknown variants
+            taken = list(inspect.signature(self.variants[variant]).parameters)[1:]  # after the workload
+            for name in params or {}:
+                if name not in taken:
+                    raise ExperimentError(
+                        f"experiment.space.{variant}.{name}: {self.name}'s variant {variant} takes no parameter "
+                        f"{name!r}; it takes: {', '.join(taken) or 'none'}")
 
-def load_experiment(module: str) -> Experiment:
-    """Import `module` (e.g. experiments.vae_bf16) and return its EXPERIMENT."""
+
+def load_experiment(module: str, expected_name: str | None = None) -> Experiment:
+    """Import `module` (e.g. experiments.vae_bf16, or a user's own package on PYTHONPATH); its EXPERIMENT.
+
+    `expected_name` is the config's `experiment.name`: it must be the module's `Experiment.name`,
+    which names the studies and the outputs (several configs may share one module and one name).
+    """
     try:
         loaded = importlib.import_module(module)
     except ModuleNotFoundError as exc:
@@ -110,4 +141,7 @@ def load_experiment(module: str) -> Experiment:
         raise ExperimentError(f"{module} defines no EXPERIMENT = Experiment(...)")
     if experiment.baseline_name is None:
         raise ExperimentError(f"{module}: no variant is registered as the baseline")
+    if expected_name is not None and expected_name != experiment.name:
+        raise ExperimentError(f"experiment.name={expected_name!r} but {module} defines Experiment(name="
+                              f"{experiment.name!r}); make them equal")
     return experiment

@@ -18,35 +18,11 @@ import torch
 
 from harness.cards.model import Card
 from harness.cards.rules import RuleSet, classify_card
+from harness.correctness import Correctness, check_output  # noqa: F401 - where callers found them before
 from harness.experiment import Prepared
 from harness.profile.base import Profile, Profiler
-from harness.profile.timing import TimingResult, time_cpu
+from harness.profile.timing import TimingResult, time_cpu, warm_up
 from harness.workloads.base import Workload
-
-
-@dataclass
-class Correctness:
-    max_abs: float
-    max_rel: float  # max |out - ref| / max |ref|: norm-wise, stable where ref is near zero
-    tolerance: float  # the largest max_rel the experiment accepts
-    feasible: bool
-    note: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-def check_output(out: torch.Tensor, ref: torch.Tensor, tolerance: float) -> Correctness:
-    if tuple(out.shape) != tuple(ref.shape):
-        return Correctness(float("inf"), float("inf"), tolerance, False,
-                           f"output shape {tuple(out.shape)} != baseline {tuple(ref.shape)}")
-    a, b = out.detach().double(), ref.detach().double()
-    if not bool(torch.isfinite(a).all()):
-        return Correctness(float("inf"), float("inf"), tolerance, False, "output has NaN or Inf")
-    max_abs = float((a - b).abs().max()) if a.numel() else 0.0
-    scale = float(b.abs().max()) if b.numel() else 0.0
-    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
-    return Correctness(max_abs, max_rel, tolerance, max_rel <= tolerance)
 
 
 def _rss_bytes() -> int:
@@ -109,10 +85,16 @@ def variant_facts(prepared: Prepared, workload: Workload, timing: TimingResult |
 
 @dataclass
 class TimingSettings:
-    warmup: int = 2
+    warmup: int | None = None  # None: warm up until the timing is stable; an int: that many calls
     min_repeats: int = 5
     budget_s: float = 0.4
     cuda_graph: bool = False
+
+
+def warm_up_until_stable(fn: Callable[[], Any], device: str) -> dict[str, Any]:
+    """Call `fn` until its timing is stable (harness.profile.timing.warm_up); what that took, as a dict."""
+    sync = torch.cuda.synchronize if device.startswith("cuda") else None
+    return warm_up(fn, sync=sync).to_dict()
 
 
 def time_callable(fn: Callable[[], Any], device: str, settings: TimingSettings) -> TimingResult:
@@ -139,8 +121,7 @@ def measure(
     source_card: Card,
     workload: Workload,
     prepared: Prepared,
-    reference: torch.Tensor | None,
-    tolerance: float,
+    check: Callable[[torch.Tensor], Correctness],
     profiler: Profiler | None,
     settings: TimingSettings,
     rules: RuleSet,
@@ -150,11 +131,10 @@ def measure(
 ) -> Measurement:
     """Run the prepared variant for correctness, time it, profile it, and build its classified card.
 
-    `reference` is what the output must match: the baseline's output, or the experiment's exact
-    reference; None when measuring the baseline against itself. A `Prepared.expected` takes its
-    place (a batched variant returns more rows than one call). The correctness check runs before
-    anything is timed, so a wrong variant costs one call. `spec` rebuilds the trial in another
-    process, for profilers that need one (ncu).
+    `check` judges the output (harness.correctness: against the workload's float64 reference, and a
+    `Prepared.expected` where the variant has one). It runs before anything is timed, so a wrong
+    variant costs one call. `spec` rebuilds the trial in another process, for profilers that need
+    one (ncu).
     """
     fn = prepared.fn
     phases: dict[str, float] = {}
@@ -162,8 +142,7 @@ def measure(
     output = fn()
     if workload.device.startswith("cuda"):
         torch.cuda.synchronize()
-    expected = prepared.expected if prepared.expected is not None else reference
-    correctness = check_output(output, output if expected is None else expected, tolerance)
+    correctness = check(output)
     memory, memory_method = peak_memory_bytes(fn, workload.device)
     phases["setup_s"] = time.perf_counter() - t0
     if not correctness.feasible:

@@ -2,10 +2,12 @@
 
 Each card's time is its summed kernel time in the report (one call of that op at that shape; the
 report gives no call counts, so shares are of the summed card times). A card's saving, if its
-winning variant were adopted, is report_us x (1 - 1/speedup), counted only for a win: a FASTER
-timing verdict on a fair (same-machine) comparison of a feasible variant. Savings are summed per
-resolution and stage (dit, vae, attention, output). A speedup measured on another device or at a
-reduced workload scale is a projection, and the table says so.
+adopted variant were taken into the model, is report_us x (1 - 1/speedup), counted only when the
+speedup can stand for the report's GPU: the variant was adopted (feasible, confirmed FASTER on a
+fair same-machine comparison) and it was measured on the report's GPU model (`report_device`,
+H200 by default: the report names none) at workload scale 1. Anywhere else (a CPU, another GPU, a
+reduced scale) the table shows the measured speedup and "not projected". Savings are summed per
+resolution and stage (dit, vae, attention, output).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from harness.cards.diff import CardDiff, card_time_us
+from harness.cards.diff import CardDiff, card_time_us, speedup_text
 from harness.cards.model import Card, Report
 
 FASTER = "FASTER"
@@ -26,15 +28,27 @@ class CardResult:
     card: Card  # the report's card
     experiment: str
     variant: str | None
-    diff: CardDiff | None  # baseline vs best; None when no variant was feasible
+    diff: CardDiff | None  # baseline vs the best variant tried; None when no variant was feasible
+    measured: Card | None = None  # the re-profiled baseline: where and at what scale it was measured
 
     @property
     def win(self) -> float | None:
-        """The speedup, when it counts as a win; else None."""
+        """The speedup, when it is a confirmed, adopted, fair win; else None."""
         d = self.diff
-        if d is None or d.speedup is None or d.timing_verdict != FASTER or not d.fair:
+        if d is None or d.speedup is None or d.timing_verdict != FASTER or not d.fair or d.adopted is False:
             return None
         return d.speedup
+
+    def projectable(self, report_device: str) -> tuple[bool, str]:
+        """Whether the win may be applied to the report's times, and if not, why."""
+        extra = self.measured.extra if self.measured is not None else {}
+        device = str((extra.get("environment") or {}).get("device_name") or "")
+        scale = (extra.get("workload") or {}).get("scale")
+        if report_device.lower() not in device.lower():
+            return False, f"measured on {device or 'an unknown device'}, not the report's {report_device}"
+        if scale != 1 and scale != 1.0:
+            return False, f"measured at workload scale {scale}, not 1"
+        return True, ""
 
 
 def best_per_card(results: list[CardResult]) -> dict[str, CardResult]:
@@ -55,7 +69,8 @@ def _us(card: Card) -> float:
     return card_time_us(card, prefer_timing=False) or 0.0
 
 
-def render_end_to_end(report: Report, results: list[CardResult], measured_on: str) -> str:
+def render_end_to_end(report: Report, results: list[CardResult], measured_on: str,
+                      report_device: str = "H200") -> str:
     """Markdown: per card share and saving, then per resolution and stage totals."""
     chosen = best_per_card(results)
     stage_total: dict[tuple[str, str], float] = defaultdict(float)
@@ -66,10 +81,10 @@ def render_end_to_end(report: Report, results: list[CardResult], measured_on: st
     lines = [
         "## End to end: the report's time and what adopting the wins would save",
         "",
-        f"Speedups measured on {measured_on}, applied to the report's GPU card times: a projection, "
-        "valid as such only where the speedup was measured on the report's GPU at scale 1. Shares are "
-        "of the report's summed card times (it gives no call counts). A saving counts only for a FASTER, "
-        "fair, feasible result.",
+        f"Speedups measured on {measured_on}. A saving is projected onto the report's card times only for "
+        f"an adopted win (feasible, confirmed FASTER, fair) measured on the report's GPU ({report_device}, "
+        "setting `report_device`) at workload scale 1; elsewhere the measured speedup is shown and the saving "
+        "reads \"not projected\". Shares are of the report's summed card times (it gives no call counts).",
         "",
         "| card | stage | report us | share of stage | share of resolution | experiment: variant | speedup | "
         "time | check | saves us |",
@@ -77,23 +92,33 @@ def render_end_to_end(report: Report, results: list[CardResult], measured_on: st
     ]
     saved: dict[tuple[str, str], float] = defaultdict(float)
     measured: dict[tuple[str, str], float] = defaultdict(float)
+    reasons: set[str] = set()
     for card_id, result in chosen.items():
         card = result.card
         key = (card.resolution, card.stage)
         us = _us(card)
         win = result.win
-        saving = us * (1 - 1 / win) if win else 0.0
+        projectable, why = result.projectable(report_device)
+        if win and projectable:
+            saving = us * (1 - 1 / win)
+            saving_text = f"{saving:.1f}"
+        else:
+            saving = 0.0
+            saving_text = "not projected" if win else "0.0"
+            if win:
+                reasons.add(why)
         saved[key] += saving
         measured[key] += us
         d = result.diff
         share_stage = us / stage_total[key] if stage_total[key] else 0.0
         share_res = us / resolution_total[card.resolution] if resolution_total[card.resolution] else 0.0
-        speedup = f"{d.speedup:.2f}x" if d and d.speedup else "n/a"
         lines.append(
             f"| `{card_id}` | {card.stage} | {us:.1f} | {share_stage:.1%} | {share_res:.1%} | "
-            f"{result.experiment}: {result.variant or 'none'} | {speedup} | "
-            f"{d.timing_verdict if d else 'n/a'} | {d.verdict if d else 'n/a'} | {saving:.1f} |"
+            f"{result.experiment}: {result.variant or 'none'} | {speedup_text(d) if d else 'n/a'} | "
+            f"{d.timing_verdict if d else 'n/a'} | {d.verdict if d else 'n/a'} | {saving_text} |"
         )
+    if reasons:
+        lines += ["", "Not projected: " + "; ".join(sorted(reasons)) + "."]
     lines += [
         "",
         "| resolution | stage | report us (all cards) | cards run (us) | saves us | saves % of stage | "

@@ -8,27 +8,41 @@ what it finished.
 
 from __future__ import annotations
 
-import inspect
 import logging
+import sys
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import optuna
 from tqdm import tqdm
 
+from harness.cards.diff import (
+    CardDiff,
+    ReportDiff,
+    adoption_text,
+    calls_per_invocation,
+    card_time_us,
+    diff_cards,
+    render_markdown,
+    speedup_text,
+)
 from harness.cards.html import write_run_html
-from harness.cards.diff import CardDiff, ReportDiff, card_time_us, diff_cards, render_markdown
+from harness.cards.labels import transition
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, Report, load_report, save_report, write_json_atomic, write_text_atomic
+from harness.cards.noise import paired_verdict
 from harness.cards.rules import RuleSet, class_counts, classify_report, rules_text
+from harness.cards.selection_messages import no_card_message
 from harness.environment import describe_environment, resolve_device
 from harness.experiment import Experiment, load_experiment
 from harness.measure import TimingSettings
 from harness.overview import CardResult, render_end_to_end
 from harness.profile.base import Profiler, ProfilerUnavailable
+from harness.provenance import claim_run_dir
 from harness.search import (
     best_feasible,
     budget_trials,
@@ -38,6 +52,7 @@ from harness.search import (
     suggest,
     validate_space,
 )
+from harness.stopping import earlier_drift, keep_drift, note_progress
 from harness.workloads.registry import cast_frames_from_report
 from harness.worker import (
     CardSession,
@@ -86,11 +101,10 @@ def select_cards(report: Report, selector: Any, experiment: Experiment, defaults
             f"experiment {experiment.name} applies to {', '.join(experiment.op_kinds)} cards; "
             f"not to {', '.join(wrong[:3])}"
         )
-    cards = [c for c in cards if experiment.applies_to(c.op_kind)]
-    if not cards:
-        raise RunError(f"cards={selector!r} selects no card; experiment {experiment.name} applies to "
-                       f"{', '.join(experiment.op_kinds)} cards (list them with `python -m harness.cards show`)")
-    return cards
+    chosen = [c for c in cards if experiment.applies_to(c.op_kind)]
+    if not chosen:
+        raise RunError(no_card_message(selector, cards, experiment.op_kinds, experiment.name, report.cards))
+    return chosen
 
 
 def make_profiler(cfg: Mapping[str, Any], device: str) -> tuple[Profiler, list[str]]:
@@ -125,16 +139,38 @@ def make_profiler(cfg: Mapping[str, Any], device: str) -> tuple[Profiler, list[s
 
 @dataclass
 class CardOutcome:
+    """One card's result: its baseline, the best variant the search tried, and whether it was adopted.
+
+    A variant is adopted only when it is feasible and its paired confirm rounds say FASTER; otherwise
+    the card keeps its baseline (best.json holds the baseline card) and the tried variant is still
+    shown with its verdict.
+    """
+
     card_id: str
     report_card: Card
     baseline: Card
-    best: Card | None
-    best_variant: str | None
-    best_params: dict[str, Any]
+    tried: Card | None = None  # the search's best feasible variant, re-timed in the confirm rounds
+    tried_variant: str | None = None
+    tried_params: dict[str, Any] = field(default_factory=dict)
+    confirmation: dict[str, Any] | None = None  # harness.cards.noise.PairedVerdict.as_dict(), or why none
     skipped: dict[str, str] = field(default_factory=dict)
     infeasible: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     n_trials: int = 0
+
+    @property
+    def adopted(self) -> bool:
+        return self.tried is not None and (self.confirmation or {}).get("verdict") == "FASTER"
+
+    @property
+    def best(self) -> Card | None:
+        """The adopted variant's card; None when the baseline is kept."""
+        return self.tried if self.adopted else None
+
+    @property
+    def kept(self) -> Card:
+        """What best.json holds for this card: the adopted variant, else the baseline."""
+        return self.tried if self.adopted and self.tried is not None else self.baseline
 
 
 @dataclass
@@ -152,11 +188,6 @@ class RunContext:
     phases: dict[str, float] = field(default_factory=lambda: {"measurement_s": 0.0, "profiling_s": 0.0,
                                                                   "setup_s": 0.0})
     diff: ReportDiff | None = None  # the latest before/after diff written
-
-
-def _accepted(fn: Any, params: dict[str, Any]) -> dict[str, Any]:
-    names = set(inspect.signature(fn).parameters)
-    return {k: v for k, v in params.items() if k in names}
 
 
 def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcome:
@@ -178,8 +209,9 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
             cast_cfg["frames"] = frames
     trials_dir = ctx.run_dir / "trials" / card.id
     label = {"experiment": experiment.name, "variant": experiment.baseline_name, "params": {},
-             "role": "baseline", "report": report_path or "(shipped)"}
-    tolerance = float(cfg["experiment"]["tolerance"]["max_rel"])
+             "role": "baseline", "report": report_path or "(shipped)", "run": str(ctx.run_dir.resolve()),
+             "hypothesis": experiment.hypothesis, "check": experiment.check}
+    correctness = dict(cfg["experiment"]["correctness"])  # harness.correctness.Rule: judged in the worker
     spec = {
         "report": report_path, "card_id": card.id, "experiment_module": cfg["experiment"]["module"],
         "device": ctx.device, "scale": scale, "seed": int(workload_cfg.get("seed", 0)),
@@ -196,7 +228,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
         raise RunError(str(exc)) from None
     worker = worker_for(ctx)
     session = CardSession(worker, {
-        "card": card.to_dict(), "spec": spec, "tolerance": tolerance, "settings": dict(vars(ctx.settings)),
+        "card": card.to_dict(), "spec": spec, "correctness": correctness, "settings": dict(vars(ctx.settings)),
         "rules": cfg.get("rules"), "profiler": profiler_cfg, "environment": ctx.environment,
         "reference_path": str(trials_dir / "reference.pt"),
     }, deadline)
@@ -232,14 +264,14 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     drift: list[dict[str, Any]] = base_card.extra.setdefault("baseline_drift", [])
 
     space = dict(cfg["experiment"].get("space") or {})
-    outcome = CardOutcome(card.id, card, base_card, None, None, {})
+    outcome = CardOutcome(card.id, card, base_card)
     if not space and len(experiment.variants) == 1:
         return outcome  # a baseline-only experiment: nothing to search
-    validate_space(space, list(experiment.variants), experiment.name)
     plan = plan_search(space, cfg["search"])
     study_name = f"{experiment.name}:{card.id}"
     study = open_study(study_name, ctx.storage, plan.sampler, bool(cfg["search"].get("resume", False)))
-    drift_settings = TimingSettings(warmup=1, min_repeats=3, budget_s=float(cfg["timing"]["drift_budget_s"]))
+    drift_settings = TimingSettings(warmup=1, min_repeats=3, budget_s=float(cfg["timing"]["drift_budget_s"]),
+                                    cuda_graph=ctx.settings.cuda_graph)
     no_worker: list[str] = []  # why no worker process could be started again, if that happened
 
     def objective(trial: optuna.Trial) -> float:
@@ -249,7 +281,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
         path = trials_dir / f"trial_{trial.number:04d}_{variant}.json"
         try:
             reply = account(session.measure(role="trial", variant=variant,
-                                            params=_accepted(experiment.variants[variant], params),
+                                            params=params,
                                             label=trial_label, card_path=path))
         except WorkerError as exc:  # not this trial's fault, and no later trial can run either
             no_worker.append(str(exc))
@@ -273,7 +305,8 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
         trial.set_user_attr("correctness", result["correctness"])
         if not result["correctness"]["feasible"]:
             trial.set_user_attr("status", "infeasible")
-            raise optuna.TrialPruned(f"max_rel {result['correctness']['max_rel']:.3g} > tolerance {tolerance:g}")
+            judged = result["correctness"]
+            raise optuna.TrialPruned(f"max_rel {judged['max_rel']:.3g} > bound {judged['bound']:.3g}")
         trial.set_user_attr("status", "complete")
         try:
             again = session.retime(drift_settings)
@@ -288,7 +321,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
 
     todo = remaining_trials(study, plan.n_trials)
     if todo:
-        with tqdm(total=todo, desc=f"{card.id} [{plan.sampler_name}]", unit="trial", leave=False) as bar:
+        with progress(todo, f"{card.id} [{plan.sampler_name}]") as bar:
             study.optimize(objective, n_trials=todo, timeout=cfg["search"].get("timeout"),
                            catch=(Exception,), callbacks=[lambda s, t: bar.update(1)])
         if no_worker:
@@ -304,7 +337,9 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
             outcome.skipped[key] = trial.user_attrs.get("reason", "")
         elif status == "infeasible":
             c = trial.user_attrs.get("correctness", {})
-            outcome.infeasible[key] = f"max_rel {c.get('max_rel', float('nan')):.3g} > {c.get('tolerance')}"
+            why = f" ({c['note']})" if c.get("note") else ""
+            outcome.infeasible[key] = (f"max_rel {c.get('max_rel', float('nan')):.3g} > bound "
+                                       f"{c.get('bound', float('nan')):.3g}{why}")
         elif trial.state == optuna.trial.TrialState.FAIL:
             stopped = trial.system_attrs.get("harness:interrupted")  # the process was stopped mid-trial
             reason = trial.user_attrs.get("reason") or (f"interrupted ({stopped})" if stopped else None)
@@ -312,43 +347,86 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     outcome.n_trials = len(counted)
     best = best_feasible(study)
     if best is not None:
-        best_card = load_report(best.user_attrs["card"]).cards[0]
-        outcome.best, outcome.best_variant = best_card, best.user_attrs.get("variant")
-        outcome.best_params = {k.split(".", 1)[-1]: v for k, v in best.params.items() if k != "variant"}
-        best_params = _accepted(experiment.variants[outcome.best_variant], outcome.best_params)
-        account(confirm(ctx, session, base_card, best_card, outcome.best_variant, best_params))
+        outcome.tried = load_report(best.user_attrs["card"]).cards[0]
+        outcome.tried_variant = best.user_attrs.get("variant")
+        outcome.tried_params = {k.split(".", 1)[-1]: v for k, v in best.params.items() if k != "variant"}
+        reply, outcome.confirmation = confirm(ctx, session, base_card, outcome.tried, outcome.tried_variant,
+                                              outcome.tried_params)
+        account(reply)
         save_report(Report(cards=[base_card]), trials_dir / "baseline.json")
-        save_report(Report(cards=[best_card]), trials_dir / "best.json")
+        save_report(Report(cards=[outcome.tried]), trials_dir / "tried.json")
+        save_report(Report(cards=[outcome.kept]), trials_dir / "best.json")
     return outcome
 
 
-def confirm(ctx: RunContext, session: CardSession, base_card: Card, best_card: Card, best_variant: str,
-            best_params: dict[str, Any]) -> Reply:
-    """Re-time baseline and best in alternating rounds (in the worker), so that drift hits both alike.
+@contextmanager
+def progress(total: int, what: str) -> Iterator[Any]:
+    """A tqdm bar on a terminal; in a redirected log, one plain line per trial instead of `\\r` redraws."""
+    if sys.stderr.isatty():
+        with tqdm(total=total, desc=what, unit="trial", leave=False) as bar:
+            yield bar
+        return
 
-    The search timed each trial once, minutes apart from the baseline; the before/after ratio is
-    taken from these interleaved samples instead. The search's own timings are kept under
-    `search_timing`. If the rounds fail (crash, deadline), both cards keep the search's timings and
-    say why under `confirm_error`.
+    class Lines:
+        done = 0
+
+        def update(self, n: int) -> None:
+            self.done += n
+            log.info("%s: trial %d of %d done", what, self.done, total)
+
+    yield Lines()
+
+
+def same_band(ctx: RunContext) -> float:
+    """The SAME band of this run's device class (timing.same_band.cpu or .cuda)."""
+    bands = ctx.cfg["timing"]["same_band"]
+    return float(bands["cuda" if ctx.device.startswith("cuda") else "cpu"])
+
+
+def confirm(ctx: RunContext, session: CardSession, base_card: Card, tried: Card, variant: str,
+            params: dict[str, Any]) -> tuple[Reply, dict[str, Any]]:
+    """Re-time baseline and the tried variant in paired ABBA rounds (in the worker); judge the pair.
+
+    The search timed each trial once, minutes apart from the baseline; the verdict is taken from
+    these interleaved rounds instead (harness.cards.noise.paired_verdict), per original call. The
+    search's own timings are kept under `search_timing`. Without rounds (timing.confirm_rounds=0, or
+    they failed) the verdict is UNCONFIRMED and nothing is adopted; the cards say why.
     """
-    rounds = int(ctx.cfg["timing"].get("confirm_rounds", 3))
-    if rounds < 1:
-        return Reply(True, "ok")
-    budget = float(ctx.cfg["timing"]["budget_s"]) / 2
+    rounds = int(ctx.cfg["timing"].get("confirm_rounds", 0))
+    band = same_band(ctx)
+    if rounds < 2:
+        why = ("timing.confirm_rounds=0: no paired rounds" if rounds < 1
+               else "timing.confirm_rounds=1: an interval needs at least 2 paired rounds")
+        return Reply(True, "ok"), _unconfirmed(tried, why, band)
+    budget = float(ctx.cfg["timing"]["budget_s"]) / 4
     try:
-        reply = session.confirm(best_variant, best_params, rounds, budget)
+        reply = session.confirm(variant, params, rounds, budget, ctx.settings.cuda_graph)
     except WorkerError as exc:
         reply = Reply(False, "crash", {}, str(exc))
     if not reply.ok:
-        for card in (base_card, best_card):
+        for card in (base_card, tried):
             card.extra["confirm_error"] = reply.reason
-        log.warning("card %s: the confirm rounds failed (%s); the search's timings are kept",
-                    base_card.id, reply.reason)
-        return reply
-    for key, card in (("base", base_card), ("best", best_card)):
+        log.warning("card %s: the confirm rounds failed (%s); nothing is adopted", base_card.id, reply.reason)
+        return reply, _unconfirmed(tried, f"the confirm rounds failed: {reply.reason}", band)
+    calls = calls_per_invocation(tried)
+    for key, card in (("base", base_card), ("best", tried)):
         card.extra["search_timing"] = card.extra.get("timing")
-        card.extra["timing"] = reply.result[key]
-    return reply
+        card.extra["timing"] = {k: v for k, v in reply.result[key].items() if k != "warm_up"}
+        card.extra["warm_up"] = reply.result[key].get("warm_up")
+    before = list(reply.result["base"]["round_medians_us"])
+    after = [t / calls for t in reply.result["best"]["round_medians_us"]]
+    verdict = paired_verdict(before, after, band)
+    confirmation = {**verdict.as_dict(), "rule": verdict.describe(), "before_rounds_us": before,
+                    "after_rounds_us": after, "order": "ABBA"}
+    tried.extra["confirmation"] = confirmation
+    return reply, confirmation
+
+
+def _unconfirmed(tried: Card, why: str, band: float) -> dict[str, Any]:
+    confirmation = {"verdict": "UNCONFIRMED", "speedup": None, "ci": None, "band": band, "rounds": 0,
+                    "rule": f"UNCONFIRMED: {why}; nothing is adopted"}
+    tried.extra["confirmation"] = confirmation
+    return confirmation
 
 
 def _report(cards: list[Card], rules: RuleSet, scope: str) -> Report:
@@ -364,26 +442,29 @@ def _baseline_only(experiment: Experiment) -> bool:
 def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
     scope = (f"harness {ctx.experiment.name} on {ctx.environment.get('device_name')}; metrics from "
              f"{ctx.profiler.name}; workload scale recorded per card")
-    baselines = [o.baseline for o in outcomes]
-    bests = [o.best for o in outcomes if o.best is not None]
-    save_report(_report(baselines, ctx.rules, scope), ctx.run_dir / "baseline.json")
-    save_report(_report(bests, ctx.rules, scope), ctx.run_dir / "best.json")
-    threshold = float(ctx.cfg["timing"]["threshold"])
+    save_report(_report([o.baseline for o in outcomes], ctx.rules, scope), ctx.run_dir / "baseline.json")
+    # best.json: what to take home, card by card (an adopted variant, else the baseline kept);
+    # tried.json: the best variant each search found, adopted or not, for the diff and the page.
+    save_report(_report([o.kept for o in outcomes], ctx.rules, scope), ctx.run_dir / "best.json")
+    save_report(_report([o.tried for o in outcomes if o.tried is not None], ctx.rules, scope),
+                ctx.run_dir / "tried.json")
+    band = same_band(ctx)
     if _baseline_only(ctx.experiment):
         # Nothing to search: the experiment's check is judged on the report's card vs its re-profile.
         diffs = [diff_cards(o.report_card, o.baseline, check=ctx.experiment.check,
-                            hypothesis=ctx.experiment.hypothesis, threshold=threshold) for o in outcomes]
+                            hypothesis=ctx.experiment.hypothesis, threshold=band) for o in outcomes]
         title = f"{ctx.experiment.name}: the report's card vs its re-profile here"
         diff = ReportDiff(cards=diffs, only_before=[], only_after=[])
     else:
-        diffs = [diff_cards(o.baseline, o.best, check=ctx.experiment.check, hypothesis=ctx.experiment.hypothesis,
-                            threshold=threshold) for o in outcomes if o.best is not None]
-        title = f"{ctx.experiment.name}: baseline vs best"
-        diff = ReportDiff(cards=diffs, only_before=[o.card_id for o in outcomes if o.best is None], only_after=[])
+        diffs = [diff_cards(o.baseline, o.tried, check=ctx.experiment.check, hypothesis=ctx.experiment.hypothesis,
+                            threshold=band, confirmation=o.confirmation, adopted=o.adopted)
+                 for o in outcomes if o.tried is not None]
+        title = f"{ctx.experiment.name}: baseline vs the best variant tried"
+        diff = ReportDiff(cards=diffs, only_before=[o.card_id for o in outcomes if o.tried is None], only_after=[])
     ctx.diff = diff
     write_json_atomic(ctx.run_dir / "diff.json", diff.as_dict())
     reproduction = ReportDiff(
-        cards=[diff_cards(o.report_card, o.baseline, check="effective_flops",
+        cards=[diff_cards(o.report_card, o.baseline, check="effective_flops", threshold=band,
                           hypothesis="the re-profiled baseline reproduces the report's card")
                for o in outcomes],
         only_before=[], only_after=[],
@@ -411,22 +492,24 @@ def card_results(experiment: Experiment, outcomes: list[CardOutcome], diffs: lis
     return [
         CardResult(card=o.report_card, experiment=experiment.name,
                    variant="baseline only" if _baseline_only(experiment) else _variant_label(o),
-                   diff=None if _baseline_only(experiment) else by_card.get(o.card_id))
+                   diff=None if _baseline_only(experiment) else by_card.get(o.card_id),
+                   measured=o.baseline)
         for o in outcomes
     ]
 
 
 def _variant_label(o: CardOutcome) -> str | None:
-    if o.best_variant is None:
+    if o.tried_variant is None:
         return None
-    params = ", ".join(f"{k}={v}" for k, v in o.best_params.items())
-    return f"{o.best_variant}({params})" if params else o.best_variant
+    params = ", ".join(f"{k}={v}" for k, v in o.tried_params.items())
+    return f"{o.tried_variant}({params})" if params else o.tried_variant
 
 
 # Card extras every measurement writes; anything else was added by the experiment's annotate hook.
 _MEASURED_EXTRAS = {"id", "ncu_output", "scheduler_note", "harness", "timing", "search_timing", "correctness",
                     "memory", "workload", "environment", "metrics_source", "profiler", "peaks",
-                    "profiler_settings", "profiler_notes", "report_card", "baseline_drift", "variant"}
+                    "profiler_settings", "profiler_notes", "report_card", "baseline_drift", "variant",
+                    "confirmation", "warm_up", "confirm_error"}
 
 
 def _facts_text(value: Any) -> str:
@@ -451,47 +534,61 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
     baseline_only = _baseline_only(ctx.experiment)
     lines = [f"# {ctx.experiment.name}", "", f"Hypothesis: {ctx.experiment.hypothesis}", "",
              f"Device: {ctx.environment.get('device_name')} ({ctx.device}); profiler: {ctx.profiler.name}", "",
-             "Times are per original call of the op (a batched variant's time is divided by its calls).", "",
-             "| card | baseline us | best us | speedup | time | class before -> after | max rel error | variant | check |",
-             "|---|---:|---:|---:|---|---|---:|---|---|"]
+             "Times are timing medians per original call of the op (a batched variant's time is divided by its "
+             "calls), from the paired confirm rounds when there were any. A variant is adopted (best.json) only "
+             "when it is feasible and its whole 95% interval lies above the SAME band: FASTER.", "",
+             "| card | baseline us | variant us | speedup [95% CI] | time | class before -> after | max rel error | "
+             "outcome | experiment's check | card's own check |",
+             "|---|---:|---:|---:|---|---|---:|---|---|---|"]
     for o in outcomes:
         base_t = card_time_us(o.baseline)
-        if o.best is None:
-            d = by_card.get(o.card_id)
-            why = "baseline only" if baseline_only else "no feasible variant"
+        d = by_card.get(o.card_id)
+        if o.tried is None or d is None:
+            why = "baseline only" if baseline_only else "no feasible variant: baseline kept"
             check = f"{d.verdict}: {d.verdict_detail}" if baseline_only and d else "n/a"
-            lines.append(f"| `{o.card_id}` | {base_t:.1f} | n/a | n/a | n/a | {o.report_card.primary} -> "
-                         f"{o.baseline.primary} | n/a | {why} | {check} |")
+            own = f"{d.card_verdict}: {d.card_verdict_detail}" if baseline_only and d else "n/a"
+            lines.append(f"| `{o.card_id}` | {_fmt_us(base_t)} | n/a | n/a | n/a | "
+                         f"{transition(o.report_card, o.baseline)} | n/a | {why} | {check} | {own} |")
             continue
-        d = by_card[o.card_id]
-        err = o.best.extra.get("correctness", {}).get("max_rel")
+        err = (o.tried.extra.get("correctness") or {}).get("max_rel")
         lines.append(
-            f"| `{o.card_id}` | {d.before_us:.1f} | {d.after_us:.1f} | {d.speedup:.2f}x | {d.timing_verdict} | "
-            f"{d.class_before} -> {d.class_after} | {err:.2e} | {_variant_label(o)} | {d.verdict} |"
+            f"| `{o.card_id}` | {_fmt_us(d.before_us)} | {_fmt_us(d.after_us)} | {speedup_text(d)} | "
+            f"{d.timing_verdict} | {d.class_transition} | "
+            f"{'n/a' if err is None else f'{err:.2e}'} | {adoption_text(d)} | {d.verdict} | {d.card_verdict} |"
         )
     lines.append("")
+    for d in diffs:
+        if d.verdict_rule:
+            lines.append(f"- `{d.card}` time verdict: {d.verdict_rule}")
+        lines.append(f"- `{d.card}` the card's own check \"{d.card_check or 'none'}\": {d.card_verdict}: "
+                     f"{d.card_verdict_detail}")
+        lines += [f"- `{d.card}` note: {note}" for note in d.notes]
     for o in outcomes:
         lines += [f"- `{o.card_id}` {line[2:]}" for line in _evidence_lines("baseline", o.baseline)]
-        if o.best is not None:
-            lines += [f"- `{o.card_id}` {line[2:]}" for line in _evidence_lines("best", o.best)]
-        for title, entries in (("skipped", o.skipped), ("infeasible (over tolerance, never best)", o.infeasible),
+        if o.tried is not None:
+            lines += [f"- `{o.card_id}` {line[2:]}" for line in _evidence_lines("variant", o.tried)]
+        for title, entries in (("skipped", o.skipped), ("infeasible (over its bound against the float64 reference, never best)", o.infeasible),
                                ("failed", o.failed)):
             for key, why in entries.items():
                 lines.append(f"- `{o.card_id}` {key}: {title}: {why}")
         drift = o.baseline.extra.get("baseline_drift") or []
         if drift:
             values = [d["median_us"] for d in drift]
-            lines.append(f"- `{o.card_id}` baseline re-timed {len(values)}x between trials: "
-                         f"{min(values):.1f} to {max(values):.1f} us (first timing "
-                         f"{(o.baseline.extra.get('search_timing') or o.baseline.extra['timing'])['median_us']:.1f} us)")
+            lines.append(f"- `{o.card_id}` baseline re-timed {len(values)}x between trials (drift check): "
+                         f"{min(values):.1f} to {max(values):.1f} us per call")
     metrics_source = {o.baseline.extra.get("metrics_source") for o in outcomes}
     lines += ["", f"Metrics source: {', '.join(sorted(str(s) for s in metrics_source))} "
               "(estimated metrics are roofline estimates, not counters).", ""]
     scales = sorted({str((o.baseline.extra.get("workload") or {}).get("scale")) for o in outcomes})
     lines.append(render_end_to_end(
         ctx.report, card_results(ctx.experiment, outcomes, diffs),
-        measured_on=f"{ctx.environment.get('device_name')} ({ctx.device}) at workload scale {', '.join(scales)}"))
+        measured_on=f"{ctx.environment.get('device_name')} ({ctx.device}) at workload scale {', '.join(scales)}",
+        report_device=str(ctx.cfg.get("report_device") or "H200")))
     return "\n".join(lines) + "\n"
+
+
+def _fmt_us(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
 
 
 def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[CardOutcome]]:
@@ -509,7 +606,11 @@ def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[Car
         rules = RuleSet.from_config(cfg.get("rules"))
     except ValueError as exc:
         raise RunError(str(exc)) from None
-    experiment = load_experiment(cfg["experiment"]["module"])
+    experiment = load_experiment(cfg["experiment"]["module"], expected_name=cfg["experiment"]["name"])
+    space = dict(cfg["experiment"].get("space") or {})
+    if space or len(experiment.variants) > 1:
+        validate_space(space, list(experiment.variants), experiment.name)
+        experiment.check_space(space)
     report_path = cfg.get("report")
     report = load_report(report_path)
     normalized = classify_report(lint_report(report).normalized, rules)
@@ -528,6 +629,7 @@ def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[Car
     for note in notes:
         log.warning(note)
     check_output_dir(run_dir)
+    claim_run_dir(run_dir, cfg, device=device, profiler=profiler.name, cards=[c.id for c in cards])
     storage = cfg["search"].get("storage") or f"sqlite:///{(run_dir / 'optuna.db').resolve()}"
     if dict(cfg["experiment"].get("space") or {}) or len(experiment.variants) > 1:
         check_new_studies(make_storage(storage, cfg["search"]), [study_name(experiment.name, c.id) for c in cards],
@@ -536,15 +638,20 @@ def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[Car
     ctx = RunContext(
         cfg=cfg, run_dir=run_dir, experiment=experiment, rules=rules, device=device, profiler=profiler,
         environment=describe_environment(device, cfg), storage=storage, report=normalized,
-        settings=TimingSettings(warmup=int(timing["warmup"]), min_repeats=int(timing["min_repeats"]),
+        settings=TimingSettings(warmup=None if timing["warmup"] is None else int(timing["warmup"]), min_repeats=int(timing["min_repeats"]),
                                 budget_s=float(timing["budget_s"]), cuda_graph=bool(timing.get("cuda_graph"))),
     )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     outcomes: list[CardOutcome] = []
-    for card in cards:
-        outcomes.append(run_card(ctx, card, report_path))
-        write_outputs(ctx, outcomes)
+    try:
+        for card in cards:
+            earlier = earlier_drift(run_dir, card.id)  # a resumed card keeps the stopped run's drift checks
+            outcomes.append(keep_drift(run_card(ctx, card, report_path), earlier, run_dir))
+            write_outputs(ctx, outcomes)
+    except KeyboardInterrupt as stop:  # SIGINT/SIGTERM: how far the run got, for run.json and the banners
+        note_progress(stop, ctx, [o.card_id for o in outcomes], [c.id for c in cards])
+        raise
     wall = time.perf_counter() - started
     ctx.phases["wall_s"] = wall
     ctx.phases["outside_measurement_s"] = wall - ctx.phases["measurement_s"]

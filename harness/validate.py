@@ -13,6 +13,7 @@ added there is known here without a change to this module.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tempfile
 from functools import lru_cache
@@ -102,11 +103,13 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "experiment": {
         "name": text(),
         "module": text(nullable=True),
-        "tolerance": mapping,
+        "correctness": mapping,
         "space": lambda v: None if v is None or isinstance(v, Mapping) else "a mapping of variants or null",
         "default_cards": lambda v: None if v is None or isinstance(v, (list, tuple)) else "a list of card ids or null",
     },
-    "experiment.tolerance": {"max_rel": number(0)},
+    # harness.correctness.Rule: a variant's bound is a factor times the baseline's error or the rounding of
+    # the dtype it lowers to; 0 or less would reject every variant, a baseline-exact one too.
+    "experiment.correctness": {"same_factor": number(0, low_open=True), "lowered_factor": number(0, low_open=True)},
     "search": {
         "sampler": one_of(*SAMPLERS),
         "exhaustive_max": integer(1),
@@ -124,15 +127,17 @@ SCHEMA: dict[str, dict[str, Check]] = {
         else "an integer, a string or null",
     },
     "timing": {
-        "warmup": integer(0),
+        "warmup": integer(0, nullable=True),
         "min_repeats": integer(1),
         "budget_s": number(0, low_open=True),
         "drift_budget_s": number(0, low_open=True),
         "confirm_rounds": integer(0),
         "cuda_graph": boolean,
-        "threshold": number(0, 1, high_open=True),
+        "same_band": mapping,
         "cpu_threads": integer(1, nullable=True),
     },
+    "timing.same_band": {"cpu": number(0, 1, low_open=True, high_open=True),
+                         "cuda": number(0, 1, low_open=True, high_open=True)},
     "workload": {
         "scale": number(0, 1, low_open=True, nullable=True),
         "cpu_scale": number(0, 1, low_open=True),
@@ -142,7 +147,7 @@ SCHEMA: dict[str, dict[str, Check]] = {
     },
 }
 # Sections whose keys must all be known (the shipped configs' keys, plus SCHEMA's).
-CLOSED = ("experiment", "experiment.tolerance", "search", "timing", "workload", "workload.attention",
+CLOSED = ("experiment", "experiment.correctness", "search", "timing", "timing.same_band", "workload", "workload.attention",
           "workload.cast", "inputs", "profiler")
 
 
@@ -186,16 +191,63 @@ def known_keys(conf_dir: Path = CONF_DIR) -> dict[str, frozenset[str]]:
     return {name: frozenset(keys) for name, keys in found.items()}
 
 
+def closest_key(dotted: str, conf_dir: Path = CONF_DIR) -> str | None:
+    """The known key a mistyped dotted key most likely meant (`search.ntrials` -> `search.n_trials`), or None.
+
+    Each part is matched (difflib) among the known keys of its section, so a typo in a section's name
+    is mended too (`serch.n_trials`); parts under a section that is not checked are kept as typed.
+    A key put in the wrong section (`n_trials`) is then looked for by its last part in every section.
+    """
+    known = known_keys(conf_dir)
+    parts = dotted.split(".")
+    fixed: list[str] = []
+    for index, part in enumerate(parts):
+        section = ".".join(fixed)
+        if section not in known:
+            fixed += parts[index:]
+            break
+        if part not in known[section]:
+            match = difflib.get_close_matches(part, sorted(known[section]), n=1, cutoff=0.6)
+            if not match:
+                return _key_elsewhere(parts[-1], known)
+            part = match[0]
+        fixed.append(part)
+    guess = ".".join(fixed)
+    return guess if guess != dotted else None
+
+
+def _key_elsewhere(leaf: str, known: Mapping[str, frozenset[str]]) -> str | None:
+    """The one dotted key, in any section, whose last part is (nearly) `leaf`; None when none or several."""
+    homes: dict[str, list[str]] = {}
+    for name, keys in known.items():
+        for key in keys:
+            homes.setdefault(key, []).append(f"{name}.{key}" if name else key)
+    match = difflib.get_close_matches(leaf, sorted(homes), n=1, cutoff=0.8)
+    return homes[match[0]][0] if match and len(homes[match[0]]) == 1 else None
+
+
+def unknown_key_message(dotted: str, conf_dir: Path = CONF_DIR) -> str:
+    """`unknown key K (did you mean ...? known: ...)`: the likely key first, then the section's keys."""
+    guess = closest_key(dotted, conf_dir)
+    section = known_keys(conf_dir).get(dotted.rpartition(".")[0])
+    hints = [f"did you mean {guess}?"] if guess else []
+    if section:
+        hints.append(f"known: {', '.join(sorted(section))}")
+    return f"unknown key {dotted}" + (f" ({' '.join(hints)})" if hints else "")
+
+
 def problems(cfg: Mapping[str, Any], conf_dir: Path = CONF_DIR) -> list[str]:
     """Every problem with `cfg`, each as `key=value: must be ...` or `unknown key ...`."""
     found: list[str] = []
     known = known_keys(conf_dir)
     for key in sorted(str(k) for k in cfg if str(k) not in known[""] and str(k) != "hydra"):
-        found.append(f"unknown key {key} (known: {', '.join(sorted(known['']))})")
+        found.append(unknown_key_message(key, conf_dir))
     for name in CLOSED:
         node = _section(cfg, name)
         if node is None:
-            if name in SCHEMA and name != "experiment.tolerance":
+            if name == "experiment.correctness":
+                found.append(f"{name}: missing; give {{same_factor: 4, lowered_factor: 4}} (see harness.correctness)")
+            elif name in SCHEMA:
                 found.append(f"{name}: missing section")
             continue
         if not isinstance(node, Mapping):
@@ -203,15 +255,15 @@ def problems(cfg: Mapping[str, Any], conf_dir: Path = CONF_DIR) -> list[str]:
             continue
         unknown = sorted(str(k) for k in node if str(k) not in known[name])
         for key in unknown:
-            found.append(f"unknown key {name}.{key} (known: {', '.join(sorted(known[name]))})")
+            found.append(unknown_key_message(f"{name}.{key}", conf_dir))
     for name, checks in SCHEMA.items():
         node = _section(cfg, name)
         if not isinstance(node, Mapping):
             continue
         for key, check in checks.items():
             if key not in node:
-                if name == "experiment.tolerance" and key == "max_rel":
-                    found.append("experiment.tolerance.max_rel: missing; give a number >= 0")
+                if name == "experiment.correctness":
+                    found.append(f"{name}.{key}: missing; give a number > 0")
                 continue
             why = check(node[key])
             if why:

@@ -18,10 +18,11 @@ died, was killed, or hit a CUDA error that leaves its context unusable. The dead
 request: the baseline, each trial, the drift re-time after it and the confirm rounds. It
 rebuilds a card's workload from the same spec the ncu child gets and keeps it, with the experiment's
 prepared baseline and the correctness reference, until a request for another card comes, so the
-trials of one card pay the set-up once. The reference (the baseline's output, or the exact reference)
-is saved as trials/<card>/reference.pt when the baseline is measured; a new child loads it instead
-of trusting a recomputation. The child writes every card it measures itself (atomically), so what
-was measured is on disk before the parent hears of it.
+trials of one card pay the set-up once. Every output is judged against the workload's float64
+reference (harness.correctness), computed once per card when the baseline is measured and saved, with
+the baseline's own error e_b and dtype, as trials/<card>/reference.pt; a new child loads it instead of
+recomputing it, so the trials after a restart are held to the same standard. The child writes every
+card it measures itself (atomically), so what was measured is on disk before the parent hears of it.
 
 The child ignores SIGINT and runs in its own session: Ctrl-C reaches the parent only, which kills
 the child. It dies with the parent (PR_SET_PDEATHSIG on Linux, else a watchdog thread). Its stdout
@@ -208,8 +209,10 @@ class TrialWorker:
         return seconds
 
     def kill(self) -> None:
-        """SIGKILL the child and everything it started (its own process group); forget it."""
+        """SIGKILL the child and everything it started (its own process group); forget it and its pid file."""
         proc, self._proc = self._proc, None
+        if self.pid_path is not None:
+            self.pid_path.unlink(missing_ok=True)
         for fd in (self._send, self._recv):
             if fd is not None:
                 try:
@@ -384,9 +387,11 @@ class CardSession:
     def retime(self, settings: Any) -> Reply:
         return self.worker.request("retime", {**self.common, "retime_settings": asdict(settings)}, self.deadline_s)
 
-    def confirm(self, variant: str, params: dict[str, Any], rounds: int, budget_s: float) -> Reply:
+    def confirm(self, variant: str, params: dict[str, Any], rounds: int, budget_s: float,
+                cuda_graph: bool = False) -> Reply:
         return self.worker.request("confirm", {**self.common, "best": {"variant": variant, "params": params},
-                                               "rounds": rounds, "budget_s": budget_s}, self.deadline_s)
+                                               "rounds": rounds, "budget_s": budget_s, "cuda_graph": cuda_graph},
+                                   self.deadline_s)
 
 
 class _QuietTrialFailures(logging.Filter):
@@ -422,8 +427,8 @@ class _CardState:
     experiment: Any
     workload: Any
     baseline: Any  # the experiment's Prepared baseline
-    exact: Any  # the exact reference tensor, when Experiment.reference == "exact"
-    reference: Any = None  # what trials are checked against, once known
+    reference: Any = None  # the workload's float64 reference, once computed or loaded
+    standard: Any = None  # harness.correctness.Standard: the rule and the baseline's error e_b, once known
 
 
 def _json_key(obj: Any) -> str:
@@ -460,8 +465,7 @@ class _Server:
             input_sha256=card.input_sha256, attention=AttentionConfig(**dict(spec.get("attention") or {})),
             cast=CastConfig(**dict(spec.get("cast") or {})), resolution=card.resolution,
         )
-        exact = workload.reference() if experiment.reference == "exact" else None
-        state = _CardState(key, card, experiment, workload, None, exact)
+        state = _CardState(key, card, experiment, workload, None)
         self.state = state
         state.baseline = experiment.prepare(experiment.baseline_name, workload, {})
         return state, time.perf_counter() - t0
@@ -472,13 +476,27 @@ class _Server:
         _free_memory()
 
     def reference(self, state: _CardState, request: dict[str, Any]) -> Any:
+        """The card's float64 reference: computed for the baseline, else the one saved with its standard.
+
+        A trial needs the baseline's error too, so a new child loads both from reference_path (written
+        when the baseline was measured) rather than recomputing anything.
+        """
         import torch
 
-        if state.reference is None:
+        from harness.correctness import Rule, Standard
+        from harness.workloads.base import parse_dtype
+
+        if request["role"] == "baseline":
+            if state.reference is None:
+                state.reference = state.workload.reference(torch.float64)
+        elif state.standard is None:
             path = request.get("reference_path")
             if not path or not os.path.exists(path):
                 raise RuntimeError(f"no correctness reference at {path}: the baseline was not measured")
-            state.reference = torch.load(path, map_location=state.workload.device, weights_only=True)
+            saved = torch.load(path, map_location=state.workload.device, weights_only=True)
+            state.reference = saved["reference"]
+            state.standard = Standard(Rule.from_config(request["correctness"]), float(saved["baseline_error"]),
+                                      parse_dtype(saved["baseline_dtype"]), state.workload.reduction_length)
         return state.reference
 
     def rules(self, cfg: Any) -> Any:
@@ -514,16 +532,31 @@ class _Server:
     def measure(self, state: _CardState, request: dict[str, Any], result: dict[str, Any]) -> None:
         """Measure the baseline or a trial, annotate its card and write it to request["card_path"]."""
         from harness.cards.model import Report, save_report
+        from harness.correctness import Correctness, Rule, judge_baseline
         from harness.measure import TimingSettings, measure
+        from harness.workloads.base import dtype_name
 
         variant, params = request["variant"], dict(request.get("params") or {})
+        t0 = time.perf_counter()
+        reference = self.reference(state, request)
+        reference_s = time.perf_counter() - t0
+        judged: dict[str, Any] = {}
         if request["role"] == "baseline":
-            prepared, reference = state.baseline, state.exact
+            prepared = state.baseline
+            rule = Rule.from_config(request["correctness"])
+
+            def check(output: Any) -> Correctness:
+                judged["standard"], correctness = judge_baseline(output, reference, rule,
+                                                                 state.workload.reduction_length)
+                return correctness
         else:
-            reference = self.reference(state, request)
             prepared = state.experiment.prepare(variant, state.workload, params)
-        m = measure(source_card=state.card, workload=state.workload, prepared=prepared, reference=reference,
-                    tolerance=float(request["tolerance"]), profiler=self.profiler(request["profiler"]),
+
+            def check(output: Any) -> Correctness:
+                return state.standard.judge(output, reference, precision=prepared.precision,
+                                            expected=prepared.expected, calls=prepared.calls)
+        m = measure(source_card=state.card, workload=state.workload, prepared=prepared, check=check,
+                    profiler=self.profiler(request["profiler"]),
                     settings=TimingSettings(**request["settings"]), rules=self.rules(request["rules"]),
                     label=request["label"], environment=request["environment"],
                     spec={**request["spec"], "variant": variant, "params": params})
@@ -536,13 +569,20 @@ class _Server:
             save_report(Report(cards=[card]), path)
             result["card_path"] = str(path)
             raise
-        if request["role"] == "baseline":
-            state.reference = m.output if state.exact is None else state.exact
-            _save_tensor(state.reference, Path(request["reference_path"]))
         save_report(Report(cards=[card]), path)
+        if request["role"] == "baseline":
+            if not m.correctness.feasible:  # no variant can be held to a malformed baseline
+                result["card_path"] = str(path)
+                raise RuntimeError(f"its output is unusable ({m.correctness.note})")
+            state.standard = judged["standard"]
+            _save({"reference": reference.detach(), "baseline_error": state.standard.baseline_error,
+                   "baseline_dtype": dtype_name(state.standard.dtype)},
+                  Path(request["reference_path"]))
+        seconds = {**m.seconds, "reference_s": reference_s}
+        seconds["setup_s"] = seconds.get("setup_s", 0.0) + reference_s  # the reference is set-up too
         result.update(card_path=str(path), correctness=m.correctness.as_dict(),
                       median_us=m.timing.median_us if m.timing is not None else None, calls=prepared.calls,
-                      seconds=dict(m.seconds))
+                      seconds=seconds)
 
     def retime(self, state: _CardState, request: dict[str, Any], result: dict[str, Any]) -> None:
         """Time the kept baseline again (the drift check between trials)."""
@@ -554,36 +594,50 @@ class _Server:
         result.update(median_us=timing.median_us, seconds={"retime_s": time.perf_counter() - t0})
 
     def confirm(self, state: _CardState, request: dict[str, Any], result: dict[str, Any]) -> None:
-        """Baseline and best in alternating rounds, samples pooled per side (drift hits both alike)."""
-        from harness.measure import TimingSettings, time_callable
+        """Baseline and best in paired rounds, interleaved A B, B A, A B, ... (ABBA), one median per side a round.
+
+        Both sides are warmed up until their timings are stable before the first round, so a cold
+        first call (a resumed run, a fresh worker) cannot decide anything. Each round times A and
+        B back to back, the order alternating, so a linear drift across the rounds hits both alike
+        and cancels in the paired ratios the parent's verdict is computed from.
+        """
+        from harness.measure import TimingSettings, time_callable, warm_up_until_stable
 
         best = request["best"]
         best_fn = state.experiment.prepare(best["variant"], state.workload, dict(best.get("params") or {})).fn
         rounds, budget = int(request["rounds"]), float(request["budget_s"])
+        cuda_graph = bool(request.get("cuda_graph"))
+        sides = {"base": state.baseline.fn, "best": best_fn}
         samples: dict[str, list[float]] = {"base": [], "best": []}
+        medians: dict[str, list[float]] = {"base": [], "best": []}
         last: dict[str, Any] = {}
         t0 = time.perf_counter()
-        for _ in range(rounds):
-            for key, fn in (("base", state.baseline.fn), ("best", best_fn)):
-                timing = time_callable(fn, state.workload.device,
-                                       TimingSettings(warmup=1, min_repeats=3, budget_s=budget))
+        warmups = {key: warm_up_until_stable(fn, state.workload.device) for key, fn in sides.items()}
+        for number in range(rounds):
+            order = ("base", "best") if number % 2 == 0 else ("best", "base")
+            for key in order:
+                timing = time_callable(sides[key], state.workload.device,
+                                       TimingSettings(warmup=1, min_repeats=3, budget_s=budget, cuda_graph=cuda_graph))
                 samples[key].extend(timing.samples_us)
+                medians[key].append(timing.median_us)
                 last[key] = timing
         seconds = time.perf_counter() - t0
         for key in ("base", "best"):
             pooled = type(last[key]).from_samples(
-                samples[key], warmup=1, method=f"{last[key].method}, {rounds} interleaved rounds with the other side",
+                samples[key], warmup=warmups[key]["calls"],
+                method=f"{last[key].method}, {rounds} paired rounds in ABBA order with the other side",
                 device_name=last[key].device_name, clock_mhz=last[key].clock_mhz)
-            result[key] = pooled.to_dict()
+            result[key] = {**pooled.to_dict(), "round_medians_us": medians[key], "warm_up": warmups[key]}
         result["seconds"] = {"timing_s": seconds}
 
 
-def _save_tensor(tensor: Any, path: Path) -> None:
+def _save(obj: Any, path: Path) -> None:
+    """torch.save, atomically: a reader sees the old file or the whole new one."""
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(tensor.detach(), tmp)
+    torch.save(obj, tmp)
     os.replace(tmp, path)
 
 
@@ -597,6 +651,7 @@ def _free_memory() -> None:
 
 def _answer(server: _Server, request: dict[str, Any]) -> dict[str, Any]:
     """Run one request; every failure becomes an answer (the child only dies when the process does)."""
+    from harness import torch_state
     from harness.experiment import VariantSkipped
     from harness.workloads.base import WorkloadError
 
@@ -606,14 +661,11 @@ def _answer(server: _Server, request: dict[str, Any]) -> dict[str, Any]:
         state, build_s = server.card(request)
         stage = "run"
         op = request.get("op")
-        if op == "measure":
-            server.measure(state, request, result)
-        elif op == "retime":
-            server.retime(state, request, result)
-        elif op == "confirm":
-            server.confirm(state, request, result)
-        else:
+        handlers = {"measure": server.measure, "retime": server.retime, "confirm": server.confirm}
+        if op not in handlers:
             raise ValueError(f"unknown request {op!r}")
+        with torch_state.pinned():  # no request inherits what an earlier variant set
+            handlers[op](state, request, result)
         result.setdefault("seconds", {})["build_s"] = build_s
         return {"ok": True, "result": result}
     except VariantSkipped as exc:

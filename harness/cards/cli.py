@@ -1,23 +1,32 @@
 """`python -m harness.cards`: lint, classify, show, diff and import-ncu on report files.
 
-REPORT may be omitted to mean the shipped baseline report. Bad input ends with one line on stderr and
-exit status 2; a lint run that finds defects exits 0 (they are the report's, not the command's).
+REPORT may be omitted to mean the shipped baseline report. Bad input (a usage mistake too) ends with one
+`error: ...` line on stderr and exit status 2. `lint` exits by the worst severity it found: 0 for none or
+only info, 1 for warnings, 3 for errors (harness.cards.lint.EXIT_BY_SEVERITY), so that a script can
+tell a report with lost data from a report it could not read.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from collections import Counter
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from harness.cards.diff import ReportDiff, diff_reports, render_markdown
-from harness.cards.lint import lint_report
+from harness.cards.fields import UNRESOLVED
+from harness.cards.lint import SEVERITIES, LintResult, exit_status, lint_report
+from harness.cards.lint_text import finding_line, render, shorten
 from harness.cards.model import Card, Report, ReportError, load_report, save_report, write_json_atomic, write_text_atomic
 from harness.cards.rules import RuleSet, classify_report
 
 EXIT_BAD_INPUT = 2
+CORRECTED = "*"  # marks a value `show` prints from the normalized view that differs from the stored one
+LEGEND = f"{CORRECTED} corrected from the report (see lint)"
+_CARD_ID = re.compile(r"[A-Za-z0-9_-]+")  # the characters of every card id (model.derive_card_id)
 
 
 class CliError(Exception):
@@ -52,21 +61,38 @@ def _cmd_lint(args: argparse.Namespace) -> int:
     result = lint_report(load_report(args.report))
     if args.json:
         print(json.dumps([f.as_dict() for f in result.findings], indent=1))
-        return 0
-    counts: dict[str, int] = {}
-    for finding in result.findings:
-        counts[finding.code] = counts.get(finding.code, 0) + 1
-        where = finding.card + (f" / {_short(finding.kernel, 48)}" if finding.kernel else "")
-        print(f"{finding.code:24s} {where}: {finding.detail}")
-    summary = ", ".join(f"{code} {n}" for code, n in sorted(counts.items())) or "no defects"
-    cal = result.calibration
-    print(
-        f"\n{len(result.findings)} findings in {len(result.normalized.cards)} cards: {summary}. "
-        f"Cross-check references from the report itself: SM clock {cal.clock_mhz or 0:.0f} MHz, "
-        f"DRAM {cal.dram_tb_s or 0:.2f} TB/s. {sum(len(c) for c in result.corrections.values())} values "
-        "corrected in the normalized view (see `classify`)."
-    )
-    return 0
+    else:
+        print(render(result, verbose=args.verbose))
+    return exit_status(result.findings)
+
+
+def no_class_reason(card: Card) -> str:
+    """Why a classified card has no primary class (harness.cards.rules.classify_card's three cases)."""
+    if "classification_note" in card.extra:
+        return "dominant kernel not listed"
+    if card.dominant_kernel is None:
+        return "no kernel duration known"
+    return "dominant kernel unclassified"
+
+
+def class_line(report: Report) -> str:
+    """The classes of a classified report, a card without a class counted apart from an unresolved one.
+
+    The report's `summary` counts both as unresolved_no_dominant_limiter (its own convention, kept in
+    the JSON); a reader deciding what to re-profile needs them apart: unresolved cards have a dominant
+    kernel no rule explains, cards without a class do not even have a dominant kernel with metrics.
+    """
+    classes = Counter(c.primary for c in report.cards if c.primary is not None)
+    reasons = Counter(no_class_reason(c) for c in report.cards if c.primary is None)
+    parts = [f"{name} {n}" for name, n in classes.most_common()]
+    if reasons:
+        why = ", ".join(f"{n} {reason}" for reason, n in reasons.most_common())
+        parts.append(f"no class {sum(reasons.values())} ({why})")
+    line = f"{len(report.cards)} cards: " + ", ".join(parts)
+    if reasons:
+        line += (f"; the JSON's summary counts a card without a class as {UNRESOLVED} "
+                 f"({(report.summary or {}).get(UNRESOLVED, 0)}), as the report does")
+    return line
 
 
 def _cmd_classify(args: argparse.Namespace) -> int:
@@ -74,16 +100,12 @@ def _cmd_classify(args: argparse.Namespace) -> int:
     out = _reclassified(report, _load_rules(args.rules))
     if args.out:
         save_report(out, args.out)
-        print(f"wrote {args.out}: {len(out.cards)} cards; summary {out.summary}")
+        print(f"wrote {args.out}: {class_line(out)}")
     else:
         json.dump(out.to_dict(), sys.stdout, indent=1)
         print()
+        print(class_line(out), file=sys.stderr)  # for the reader; stdout stays one JSON document
     return 0
-
-
-def _short(text: str | None, width: int) -> str:
-    text = text or ""
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -96,9 +118,9 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     return "\n".join(lines)
 
 
@@ -107,32 +129,59 @@ def _card_time(card: Card) -> float | None:
     return card.summed_kernel_us if card.summed_kernel_us is not None else (sum(known) if known else None)
 
 
+def _marked(text: str, corrected: bool) -> str:
+    return text + CORRECTED if corrected else text
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     report = load_report(args.report)
     result = lint_report(report)
     normalized = classify_report(result.normalized)
-    flags: dict[str, int] = {}
-    for finding in result.findings:
-        flags[finding.card] = flags.get(finding.card, 0) + 1
     if args.card is None:
-        rows = []
-        for stored, card in zip(report.cards, normalized.cards):
-            rows.append([
-                card.id, card.resolution, _fmt(_card_time(card)), stored.primary or "(none)",
-                card.primary or "(none)", str(len(card.kernels)), str(flags.get(card.id, 0)),
-            ])
-        print(_table(rows, ["card", "resolution", "time_us", "stored primary", "rules (normalized)",
-                            "kernels", "lint"]))
-        print(f"\n{len(rows)} cards from {report.source}. `show REPORT CARD` for one card's kernels.")
-        return 0
-    stored = report.card(args.card)
-    card = normalized.card(args.card)
+        _show_table(report, normalized, result)
+    else:
+        _show_card(report.card(args.card), normalized.card(args.card), result)
+    return 0
+
+
+def _show_table(report: Report, normalized: Report, result: LintResult) -> None:
+    flags: dict[str, list[str]] = {}
+    for finding in result.findings:
+        flags.setdefault(finding.card, []).append(finding.severity)
+    rows, marked = [], False
+    for stored, card in zip(report.cards, normalized.cards):
+        corrected = _card_time(card) != _card_time(stored)
+        marked |= corrected
+        severities = flags.get(card.id, [])
+        worst = next((s for s in SEVERITIES if s in severities), None)
+        rows.append([
+            card.id, card.resolution or "-", _marked(_fmt(_card_time(card)), corrected), stored.primary or "(none)",
+            card.primary or f"(no class: {no_class_reason(card)})", str(len(card.kernels)),
+            f"{len(severities)} ({worst})" if worst else "0",
+        ])
+    print(_table(rows, ["card", "resolution", "time_us", "stored primary", "rules (normalized)",
+                        "kernels", "lint (worst)"]))
+    print(f"\n{len(rows)} cards from {report.source}. `show REPORT CARD` for one card's kernels.")
+    if marked:
+        print(LEGEND)
+
+
+def _show_card(stored: Card, card: Card, result: LintResult) -> None:
+    time_corrected = _card_time(card) != _card_time(stored)
     print(f"card       {card.id}\ngroup      {card.group}\nstage      {card.stage}   op {card.op}   "
           f"resolution {card.resolution}")
     print(f"shape      {json.dumps(card.shape_parameters)}")
-    print(f"time       {_fmt(_card_time(card), 3)} us (summed_kernel_us {stored.summed_kernel_us})")
-    print(f"primary    stored {stored.primary or '(none)'}; rules on normalized metrics {card.primary}")
-    print(f"dominant   {_short(card.dominant_kernel, 100)}")
+    rebuilt = card.extra.get("shape_rebuilt")
+    if rebuilt is not None:
+        if isinstance(rebuilt, dict):
+            print(f"rebuilt    {json.dumps(rebuilt.get('shape'))}: {rebuilt.get('why', '(no reason recorded)')}")
+        else:
+            print(f"rebuilt    {json.dumps(rebuilt)}")
+    print(f"time       {_marked(_fmt(_card_time(card), 3), time_corrected)} us "
+          f"(stored summed_kernel_us {_fmt(stored.summed_kernel_us, 3)})")
+    print(f"primary    stored {stored.primary or '(none)'}; rules on normalized metrics "
+          f"{card.primary or f'(no class: {no_class_reason(card)})'}")
+    print(f"dominant   {shorten(card.dominant_kernel, 100)}")
     print(f"status     {card.status}\nhypothesis {card.counter_experiment}\nalternative "
           f"{card.alternative_explanation}")
     for key in ("timing", "workload", "environment", "metrics_source", "peaks"):
@@ -140,16 +189,26 @@ def _cmd_show(args: argparse.Namespace) -> int:
             print(f"{key:10s} {json.dumps(card.extra[key])[:300]}")
     fields = ["dur_us", "sm_pct", "tensor_pct", "dram_pct", "l2_pct", "warps_active_pct", "waves",
               "dram_read_mb", "dram_write_mb"]
-    rows = [[_short(k.name, 60)] + [_fmt(k.metric(f)) for f in fields] + [k.classification or "-"]
-            for k in card.kernels]
+    rows, marked = [], time_corrected
+    for before, kernel in zip(stored.kernels, card.kernels):
+        cells = [_marked(shorten(kernel.name, 60), before.damaged)]
+        for field in fields:
+            if before.damaged:  # the values come from the entry's surviving evidence; only a duration is inferred
+                corrected = field == "dur_us" and bool(kernel.extra.get("dur_us_inferred"))
+            else:
+                corrected = kernel.metric(field) != before.metric(field)
+            cells.append(_marked(_fmt(kernel.metric(field)), corrected))
+        marked |= before.damaged or any(c.endswith(CORRECTED) for c in cells[1:])
+        rows.append(cells + [kernel.classification or "-"])
     print()
     print(_table(rows, ["kernel"] + fields + ["class"]))
+    if marked:
+        print(LEGEND)
     notes = [f for f in result.findings if f.card == card.id]
     if notes:
         print("\nlint:")
-        for finding in notes:
-            print(f"  {finding.code}: {_short(finding.kernel, 40) + ': ' if finding.kernel else ''}{finding.detail}")
-    return 0
+        for finding in sorted(notes, key=lambda f: SEVERITIES.index(f.severity)):
+            print("  " + finding_line(finding))
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
@@ -204,13 +263,22 @@ def _cmd_import_ncu(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors as one `error:` line and exit status 2, like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness.cards", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m harness.cards", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     lint = sub.add_parser("lint", help="name every defect of a report")
     lint.add_argument("report", nargs="?", help="report JSON (default: the shipped baseline)")
-    lint.add_argument("--json", action="store_true", help="print a JSON list of findings")
+    lint.add_argument("--json", action="store_true", help="print every finding as JSON, each with its severity")
+    lint.add_argument("--verbose", "-v", action="store_true",
+                      help="one line per finding instead of one per (code, field)")
     lint.set_defaults(run=_cmd_lint)
 
     classify = sub.add_parser("classify", help="re-classify the normalized report with the rules")
@@ -221,7 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     show = sub.add_parser("show", help="a table of cards, or one card with its kernels")
     show.add_argument("report", nargs="?")
-    show.add_argument("card", nargs="?", help="card id (see the table)")
+    show.add_argument("card", nargs="?", help="card id (see the table); the id without its -xxxxxx suffix "
+                      "when that names one card")
     show.set_defaults(run=_cmd_show)
 
     diff = sub.add_parser("diff", help="before/after diff of two reports matched by card id")
@@ -242,9 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _resolve_show_args(args: argparse.Namespace) -> None:
-    """`show CARD` alone means a card of the default report, when CARD is not a file."""
+    """`show X` alone: X is a report when it is a file or cannot be a card id (a `/`, a `.`: ids are
+    letters, digits, `-` and `_`), so that a mistyped path says "no such file"; else a card of the
+    shipped report."""
     if args.command == "show" and args.report and args.card is None and not Path(args.report).exists():
-        if not args.report.endswith(".json"):
+        if _CARD_ID.fullmatch(args.report):
             args.card, args.report = args.report, None
 
 

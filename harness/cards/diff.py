@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from harness.cards.fields import (
     COMPUTE_BOUND,
@@ -21,11 +21,19 @@ from harness.cards.fields import (
     PARTIAL_WAVE_TAIL,
     UNRESOLVED,
 )
-from harness.cards.model import Card, Kernel, Report
+from harness.cards.card_check import JUDGES, CardCheck, judge_card_check, time_fell
+from harness.cards.labels import class_source, flag_over_peak, transition
+from harness.cards.measures import (
+    NO,
+    NOT_MEASURABLE,
+    YES,
+    calls_per_invocation,
+    card_time_us,
+    dominant_metric,
+    sum_metric,
+)
+from harness.cards.model import Card, Report
 from harness.cards.noise import DEFAULT_THRESHOLD, timing_verdict
-from harness.cards.rules import dominant
-
-YES, NO, NOT_MEASURABLE = "yes", "no", "not measurable"
 
 
 def kernel_family(name: str) -> str:
@@ -57,64 +65,13 @@ def kernel_family(name: str) -> str:
     return "_".join(kept) or base
 
 
-def calls_per_invocation(card: Card) -> int:
-    """How many of the op's original calls one measured invocation performed (batching variants)."""
-    variant = card.extra.get("variant")
-    calls = variant.get("calls") if isinstance(variant, dict) else None
-    return int(calls) if isinstance(calls, int) and calls >= 1 else 1
-
-
-def card_time_us(card: Card, prefer_timing: bool = True) -> float | None:
-    """Time per original call: the harness's timing median when asked and present, else the kernel sum."""
+def _families(card: Card) -> dict[str, float]:
+    """Kernel time by family, per original call of the op (a batched invocation's time / its calls)."""
     calls = calls_per_invocation(card)
-    timing = card.extra.get("timing")
-    if prefer_timing and isinstance(timing, dict) and isinstance(timing.get("median_us"), (int, float)):
-        return float(timing["median_us"]) / calls
-    if card.summed_kernel_us is not None:
-        return float(card.summed_kernel_us) / calls
-    durations = [k.metric("dur_us") for k in card.kernels]
-    known = [d for d in durations if d is not None]
-    return sum(known) / calls if known else None
-
-
-def _spread(card: Card) -> float | None:
-    timing = card.extra.get("timing")
-    value = timing.get("spread") if isinstance(timing, dict) else None
-    return float(value) if isinstance(value, (int, float)) else None
-
-
-def _kernel_value(kernel: Kernel, name: str) -> float | None:
-    """A report metric, else a counter a richer ncu metric set collected (stall_*, l1tex_mb, lts_mb)."""
-    value = kernel.metric(name)
-    if value is not None:
-        return value
-    counters = kernel.extra.get("ncu_counters")
-    found = counters.get(name) if isinstance(counters, dict) else None
-    return float(found) if isinstance(found, (int, float)) else None
-
-
-def _sum_metric(card: Card, *names: str) -> float | None:
-    """An additive metric (time, bytes) summed over the kernels, per original call of the op."""
-    total, seen = 0.0, False
-    for kernel in card.kernels:
-        for name in names:
-            value = _kernel_value(kernel, name)
-            if value is not None:
-                total += value
-                seen = True
-    return total / calls_per_invocation(card) if seen else None
-
-
-def _dominant_metric(card: Card, name: str) -> float | None:
-    top = dominant(card.kernels)
-    return _kernel_value(top, name) if top else None
-
-
-def _families(kernels: Iterable[Kernel]) -> dict[str, float]:
     out: dict[str, float] = {}
-    for kernel in kernels:
+    for kernel in card.kernels:
         family = kernel_family(kernel.name)
-        out[family] = out.get(family, 0.0) + (kernel.metric("dur_us") or 0.0)
+        out[family] = out.get(family, 0.0) + (kernel.metric("dur_us") or 0.0) / calls
     return out
 
 
@@ -126,92 +83,33 @@ class Check:
     judge: Callable[["CardDiff", Card, Card], tuple[str, str]]
 
 
-def _fell(before: float | None, after: float | None) -> bool | None:
-    if before is None or after is None:
-        return None
-    return after < before
-
-
-def _time_fell(diff: "CardDiff") -> bool | None:
-    if diff.timing_verdict is None:
-        return None
-    return diff.timing_verdict == "FASTER"
-
-
-def _check_bytes_and_time(diff: "CardDiff", before: Card, after: Card) -> tuple[str, str]:
-    b, a = _sum_metric(before, "dram_read_mb", "dram_write_mb"), _sum_metric(after, "dram_read_mb", "dram_write_mb")
-    bytes_fell, time_fell = _fell(b, a), _time_fell(diff)
-    if bytes_fell is None or time_fell is None:
-        return NOT_MEASURABLE, f"DRAM MB before {b}, after {a}; time verdict {diff.timing_verdict}"
-    holds = bytes_fell and time_fell
-    return (YES if holds else NO), (
-        f"DRAM bytes {b:.3f} -> {a:.3f} MB ({'fell' if bytes_fell else 'did not fall'}), time "
-        f"{diff.before_us:.2f} -> {diff.after_us:.2f} us ({diff.timing_verdict})"
-    )
-
-
-def _check_effective_flops(diff: "CardDiff", before: Card, after: Card) -> tuple[str, str]:
-    flops = before.nominal_mac_flops or after.nominal_mac_flops or after.extra.get("workload", {}).get("flops")
-    if not flops or not diff.before_us or not diff.after_us:
-        return NOT_MEASURABLE, "no nominal FLOPs or times to compare effective throughput"
-    tb, ta = flops / diff.before_us / 1e6, flops / diff.after_us / 1e6
-    holds = diff.timing_verdict == "FASTER"
-    return (YES if holds else NO), (
-        f"effective {tb:.2f} -> {ta:.2f} TFLOP/s at the same nominal FLOPs ({diff.timing_verdict})"
-    )
-
-
-def _check_lts_bytes(diff: "CardDiff", before: Card, after: Card) -> tuple[str, str]:
-    b, a = _sum_metric(before, "lts_mb"), _sum_metric(after, "lts_mb")
-    if b is None or a is None:
-        return NOT_MEASURABLE, "lts bytes not collected (profile with the report+bytes ncu metric set)"
-    holds = a < b and diff.timing_verdict == "FASTER"
-    return (YES if holds else NO), f"lts bytes {b:.3f} -> {a:.3f} MB, time {diff.timing_verdict}"
-
-
-def _check_waves_and_duration(diff: "CardDiff", before: Card, after: Card) -> tuple[str, str]:
-    wb, wa = _dominant_metric(before, "waves"), _dominant_metric(after, "waves")
-    time_fell = _time_fell(diff)
-    if wb is None or wa is None or time_fell is None:
-        return NOT_MEASURABLE, f"waves {wb} -> {wa}; time verdict {diff.timing_verdict}"
-    holds = wa > wb and time_fell
-    return (YES if holds else NO), f"waves {wb:.2f} -> {wa:.2f}, time {diff.timing_verdict}"
+def _card_judge(name: str) -> Callable[["CardDiff", Card, Card], tuple[str, str]]:
+    """An experiment check that is one of the report cards' own checks: the same judge (harness.cards.card_check)."""
+    judge = JUDGES[name]
+    return lambda diff, before, after: judge(before, after, diff.timing_verdict)
 
 
 def _check_occupancy(diff: "CardDiff", before: Card, after: Card) -> tuple[str, str]:
-    ob, oa = _dominant_metric(before, "warps_active_pct"), _dominant_metric(after, "warps_active_pct")
-    time_fell = _time_fell(diff)
-    if ob is None or oa is None or time_fell is None:
+    ob, oa = dominant_metric(before, "warps_active_pct"), dominant_metric(after, "warps_active_pct")
+    fell = time_fell(diff.timing_verdict)
+    if ob is None or oa is None or fell is None:
         return NOT_MEASURABLE, f"warps active {ob} -> {oa}; time verdict {diff.timing_verdict}"
-    holds = oa > ob and time_fell
+    holds = oa > ob and fell
     return (YES if holds else NO), f"warps active {ob:.1f}% -> {oa:.1f}%, time {diff.timing_verdict}"
-
-
-def _check_stalls(diff: "CardDiff", before: Card, after: Card) -> tuple[str, str]:
-    stalls = after.extra.get("stalls")
-    if not isinstance(stalls, dict) or not stalls.get("dominant"):
-        note = stalls.get("note") if isinstance(stalls, dict) else None
-        return NOT_MEASURABLE, note or "no warp-stall breakdown in the after card"
-    share = stalls.get("share")
-    detail = f"dominant stall {stalls['dominant']} ({share:.0%} of stall cycles" if isinstance(share, float) \
-        else f"dominant stall {stalls['dominant']} (share unknown"
-    if stalls.get("decisive"):
-        return YES, f"{detail}, decisive): {stalls.get('meaning', '')}"
-    return NO, f"{detail}, below the decisive share): no single limiter; see the shares on the card"
 
 
 def _check_transposes_removed(diff: "CardDiff", before: Card, after: Card) -> tuple[str, str]:
     transposes = [f for f in diff.kernels_removed if _is_layout_conversion(f)]
     remaining = [k.name for k in after.kernels if _is_layout_conversion(kernel_family(k.name))]
-    time_fell = _time_fell(diff)
-    if time_fell is None:
-        return NOT_MEASURABLE, "no times to compare"
+    fell = time_fell(diff.timing_verdict)
+    if fell is None:
+        return NOT_MEASURABLE, f"time verdict {diff.timing_verdict}: not a confirmed change"
     if not any(_is_layout_conversion(kernel_family(k.name)) for k in before.kernels):
         return NOT_MEASURABLE, (
             f"the baseline shows no separate layout-conversion kernel on this backend, so none can be "
             f"removed; time {diff.timing_verdict}"
         )
-    holds = not remaining and time_fell
+    holds = not remaining and fell
     gone = ", ".join(transposes) or "none"
     return (YES if holds else NO), (
         f"layout conversions removed: {gone}; still present: {len(remaining)}; time {diff.timing_verdict}"
@@ -227,19 +125,19 @@ def _is_layout_conversion(family: str) -> bool:
 CHECKS: dict[str, Check] = {
     "bytes_and_time_fall": Check(
         "bytes_and_time_fall", "DRAM bytes and time fall together", ("dram_read_mb", "dram_write_mb", "dur_us"),
-        _check_bytes_and_time),
+        _card_judge("bytes_and_time_fall")),
     "effective_flops": Check(
-        "effective_flops", "effective TFLOP/s rises at the same nominal FLOPs", ("sm_pct", "tensor_pct", "dur_us"),
-        _check_effective_flops),
+        "effective_flops", "time falls with executed FLOPs not above the nominal ones (no padding or masked work "
+        "bought the speed)", ("sm_pct", "tensor_pct", "dur_us"), _card_judge("effective_vs_executed")),
     "lts_bytes": Check("lts_bytes", "lts bytes fall with time", ("l2_pct", "lts_mb", "dur_us"),
-                       _check_lts_bytes),
+                       _card_judge("lts_bytes")),
     "waves_and_duration": Check(
-        "waves_and_duration", "waves rise and duration falls", ("waves", "sm_cycles_active", "cycles_elapsed",
-                                                                 "dur_us"), _check_waves_and_duration),
+        "waves_and_duration", "the tail wave's waste and the duration fall together",
+        ("waves", "sm_cycles_active", "cycles_elapsed", "dur_us"), _card_judge("waves_and_duration")),
     "occupancy": Check("occupancy", "achieved occupancy rises and duration falls",
                        ("warps_active_pct", "waves", "dur_us"), _check_occupancy),
     "stall_breakdown": Check("stall_breakdown", "a dominant warp stall is named", ("warps_active_pct",),
-                             _check_stalls),
+                             _card_judge("stall_breakdown")),
     "transposes_removed": Check(
         "transposes_removed", "layout-conversion kernels are gone and time falls",
         ("dram_read_mb", "dram_write_mb", "dur_us"), _check_transposes_removed),
@@ -276,9 +174,53 @@ class CardDiff:
     fair: bool = True
     fairness_note: str = ""
     notes: list[str] = field(default_factory=list)
+    # How the time verdict was reached: the paired rounds' interval and band, or why there is none.
+    speedup_ci: list[float] | None = None
+    verdict_rule: str = ""
+    # The after side's variant {experiment, name, params, label}, and whether it was adopted
+    # (None: not a run's baseline-vs-best comparison, e.g. a baseline-only run or two stored reports).
+    variant: dict[str, Any] | None = None
+    adopted: bool | None = None
+    # Each side's variant when both are measured cards (a diff of two runs' files): which is which.
+    variant_before: dict[str, Any] | None = None
+    variant_after: dict[str, Any] | None = None
+    # The report card's own check (its counter_experiment's last clause), judged on this pair.
+    card_check: str = ""
+    card_verdict: str = NOT_MEASURABLE
+    card_verdict_detail: str = ""
+    # Where each side's class comes from: ncu, cpu estimate, trace estimate (harness.cards.labels).
+    class_source: dict[str, str] = field(default_factory=dict)
+    # The class change as it may honestly be printed: one arrow only within one source on one machine.
+    class_transition: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def variant_of(card: Card) -> dict[str, Any] | None:
+    """{experiment, name, params, label} of a measured card (from its harness label); None for a report card."""
+    label = card.extra.get("harness")
+    if not isinstance(label, dict) or not label.get("variant"):
+        return None
+    params = dict(label.get("params") or {})
+    name = str(label["variant"])
+    text = f"{name}({', '.join(f'{k}={v}' for k, v in params.items())})" if params else name
+    return {"experiment": label.get("experiment"), "name": name, "params": params, "label": text}
+
+
+def confirmation_between(before: Card, after: Card) -> dict[str, Any] | None:
+    """The paired-rounds verdict recorded on `after`, when it was measured against this very `before`.
+
+    A run's confirm rounds time its baseline and its best variant interleaved; the verdict is kept
+    on the variant's card with the run it belongs to. Cards of two different runs were never timed
+    together, so no verdict of either run applies to their pair.
+    """
+    found = after.extra.get("confirmation")
+    if not isinstance(found, dict) or not found.get("verdict"):
+        return None
+    label_b, label_a = before.extra.get("harness") or {}, after.extra.get("harness") or {}
+    same_run = label_b.get("run") is not None and label_b.get("run") == label_a.get("run")
+    return found if same_run and label_b.get("role") == "baseline" else None
 
 
 def _fairness(before: Card, after: Card) -> tuple[bool, str]:
@@ -297,29 +239,59 @@ def _fairness(before: Card, after: Card) -> tuple[bool, str]:
     return True, "same machine"
 
 
+def _time_verdict(before: Card, after: Card, both_timed: bool, before_us: float | None, after_us: float | None,
+                  threshold: float, confirmation: dict[str, Any] | None
+                  ) -> tuple[str | None, float | None, list[float] | None, str]:
+    """(verdict, speedup, 95% interval, the rule as applied) for one before/after pair.
+
+    Measured cards are judged only by their paired confirm rounds (harness.cards.noise.paired_verdict);
+    without them the verdict is UNCONFIRMED, since two timings taken apart cannot rule out drift.
+    Report cards (kernel-duration sums from ncu) keep the single-sample rule.
+    """
+    speedup = before_us / after_us if before_us and after_us else None
+    if confirmation is not None:
+        ci = confirmation.get("ci")
+        return (confirmation["verdict"], confirmation.get("speedup") or speedup, list(ci) if ci else None,
+                confirmation.get("rule") or "")
+    if before_us is None or not before_us or after_us is None:
+        return None, speedup, None, "no times to compare"
+    if both_timed:
+        return ("UNCONFIRMED", speedup, None,
+                "UNCONFIRMED: the two sides were not timed in paired rounds (timing.confirm_rounds=0, the "
+                "confirm failed, or they come from different runs); the ratio of medians is shown, nothing adopted")
+    verdict = timing_verdict(before_us, after_us, None, None, threshold=threshold)
+    return verdict, speedup, None, (f"{verdict}: kernel-duration sums differ by {after_us / before_us - 1:+.1%}; "
+                                    f"SAME within +/-{threshold:.0%} (one sample per side: no interval)")
+
+
 def diff_cards(
     before: Card,
     after: Card,
     check: str | None = None,
     hypothesis: str | None = None,
     threshold: float = DEFAULT_THRESHOLD,
+    confirmation: dict[str, Any] | None = None,
+    adopted: bool | None = None,
+    report_card: Card | None = None,
 ) -> CardDiff:
+    """`confirmation`: the paired-rounds verdict of this pair (else the one recorded on `after`, if any);
+    `report_card`: whose own check to judge (default `before`: measured cards keep their report card's)."""
     both_timed = all(isinstance(c.extra.get("timing"), dict) for c in (before, after))
     before_us, after_us = card_time_us(before, both_timed), card_time_us(after, both_timed)
-    speedup = before_us / after_us if before_us and after_us else None
-    verdict_t = None
-    if before_us and after_us is not None:
-        spreads = (_spread(before), _spread(after)) if both_timed else (None, None)
-        verdict_t = timing_verdict(before_us, after_us, *spreads, threshold=threshold)
-    fb, fa = _families(before.kernels), _families(after.kernels)
-    check_name = check or CHECK_FOR_CLASS.get(before.primary or UNRESOLVED, "stall_breakdown")
+    confirmation = confirmation or confirmation_between(before, after)
+    verdict_t, speedup, ci, rule = _time_verdict(before, after, both_timed, before_us, after_us, threshold,
+                                                  confirmation)
+    fb, fa = _families(before), _families(after)
+    recorded = after.extra.get("harness") if isinstance(after.extra.get("harness"), dict) else {}
+    check_name = check or recorded.get("check") or CHECK_FOR_CLASS.get(before.primary or UNRESOLVED,
+                                                                        "stall_breakdown")
     if check_name not in CHECKS:
         raise ValueError(f"unknown check {check_name!r}; choose from {sorted(CHECKS)}")
     spec = CHECKS[check_name]
     deltas: dict[str, dict[str, float | None]] = {}
     for name in spec.metrics:
-        b = _sum_metric(before, name) if name.endswith(("_mb", "dur_us")) else _dominant_metric(before, name)
-        a = _sum_metric(after, name) if name.endswith(("_mb", "dur_us")) else _dominant_metric(after, name)
+        b = sum_metric(before, name) if name.endswith(("_mb", "dur_us")) else dominant_metric(before, name)
+        a = sum_metric(after, name) if name.endswith(("_mb", "dur_us")) else dominant_metric(after, name)
         deltas[name] = {"before": b, "after": a, "delta": (a - b) if a is not None and b is not None else None}
     fair, note = _fairness(before, after)
     result = CardDiff(
@@ -327,7 +299,8 @@ def diff_cards(
         before_us=before_us,
         after_us=after_us,
         speedup=speedup,
-        time_basis="timing median" if both_timed else "sum of kernel durations",
+        time_basis=("timing median per original call" if both_timed
+                    else "sum of kernel durations per original call"),
         timing_verdict=verdict_t,
         class_before=before.primary,
         class_after=after.primary,
@@ -337,12 +310,24 @@ def diff_cards(
             {"family": f, "before_us": fb[f], "after_us": fa[f]} for f in sorted(set(fb) & set(fa))
         ],
         metric_deltas=deltas,
-        hypothesis=hypothesis or before.counter_experiment or spec.statement,
+        hypothesis=hypothesis or recorded.get("hypothesis") or before.counter_experiment or spec.statement,
         check=check_name,
         fair=fair,
         fairness_note=note,
+        speedup_ci=ci,
+        verdict_rule=rule,
+        variant=variant_of(after),
+        adopted=adopted,
+        variant_before=variant_of(before),
+        variant_after=variant_of(after),
     )
     result.verdict, result.verdict_detail = spec.judge(result, before, after)
+    own: CardCheck = judge_card_check(report_card or before, before, after, verdict_t)
+    result.card_check, result.card_verdict, result.card_verdict_detail = own.text, own.verdict, own.detail
+    result.class_source = {"before": class_source(before), "after": class_source(after)}
+    result.class_transition = transition(before, after)
+    result.notes += [f"{side}: {flag}" for side, card in (("before", before), ("after", after))
+                     for flag in flag_over_peak(card)]
     if not fair:
         result.notes.append(note)
     return result
@@ -382,27 +367,58 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def speedup_text(d: CardDiff) -> str:
+    """'1.12x [1.08, 1.16]' (the 95% interval when the pair was confirmed), or 'n/a'."""
+    if not d.speedup:
+        return "n/a"
+    text = f"{d.speedup:.2f}x"
+    return text + (f" [{d.speedup_ci[0]:.2f}, {d.speedup_ci[1]:.2f}]" if d.speedup_ci else "")
+
+
+def adoption_text(d: CardDiff) -> str:
+    """What the run did with the variant: adopted, or the baseline kept and why."""
+    label = (d.variant or {}).get("label") or "none"
+    if d.adopted is None:
+        return label
+    if d.adopted:
+        return f"adopted: {label}"
+    return f"baseline kept: best tried {label}, {speedup_text(d)} {d.timing_verdict or 'n/a'}"
+
+
 def render_markdown(diff: ReportDiff, title: str = "Before/after card diff") -> str:
     lines = [f"# {title}", ""]
-    lines.append("| card | before us | after us | speedup | time | class before -> after | check holds |")
-    lines.append("|---|---:|---:|---:|---|---|---|")
+    lines.append("| card | before us | after us | speedup [95% CI] | time | class before -> after | variant | "
+                 "experiment's check | card's own check |")
+    lines.append("|---|---:|---:|---:|---|---|---|---|---|")
     for d in diff.cards:
-        speed = f"{d.speedup:.2f}x" if d.speedup else "n/a"
         lines.append(
-            f"| `{d.card}` | {_fmt(d.before_us)} | {_fmt(d.after_us)} | {speed} | {d.timing_verdict or 'n/a'} | "
-            f"{d.class_before or 'none'} -> {d.class_after or 'none'} | {d.verdict} |"
+            f"| `{d.card}` | {_fmt(d.before_us)} | {_fmt(d.after_us)} | {speedup_text(d)} | "
+            f"{d.timing_verdict or 'n/a'} | {d.class_transition} | {adoption_text(d)} | {d.verdict} | "
+            f"{d.card_verdict} |"
         )
     lines.append("")
     lines.append(
-        "Time verdict: SAME when the median change is within max(5%, the two relative spreads); "
-        "times are timing medians when both cards carry them, else kernel-duration sums."
+        "Time verdict: measured cards are judged on paired rounds of baseline and variant timed back to back "
+        "(ABBA order): the speedup is the geometric mean of the rounds' ratios with its 95% interval; FASTER "
+        "or SLOWER only when the whole interval lies outside the SAME band, SAME when it lies inside, "
+        "INCONCLUSIVE otherwise, UNCONFIRMED without paired rounds. Each card's line below states the rule "
+        "with its numbers. Times are per original call of the op."
     )
     for d in diff.cards:
         lines += ["", f"## `{d.card}`", ""]
+        if d.variant_before and d.variant_before.get("label") and (d.variant_before != d.variant_after):
+            lines.append(f"- Before: `{d.variant_before['label']}` ({d.variant_before.get('experiment')})")
+        if d.variant:
+            lines.append(f"- {'After' if d.variant_before else 'Variant'}: `{d.variant['label']}` "
+                         f"({d.variant.get('experiment')})"
+                         + ("" if d.adopted is None else f"; {'adopted' if d.adopted else 'not adopted'}"))
         lines.append(f"- Hypothesis: {d.hypothesis}")
-        lines.append(f"- Check `{d.check}`: **{d.verdict}**: {d.verdict_detail}")
-        lines.append(f"- Class: {d.class_before or 'none'} -> {d.class_after or 'none'}")
-        lines.append(f"- Time ({d.time_basis}): {_fmt(d.before_us)} -> {_fmt(d.after_us)} us ({d.timing_verdict})")
+        lines.append(f"- Experiment's check `{d.check}`: **{d.verdict}**: {d.verdict_detail}")
+        lines.append(f"- The card's own check \"{d.card_check or 'none'}\": **{d.card_verdict}**: "
+                     f"{d.card_verdict_detail}")
+        lines.append(f"- Class: {d.class_transition}")
+        lines.append(f"- Time ({d.time_basis}): {_fmt(d.before_us)} -> {_fmt(d.after_us)} us, "
+                     f"{speedup_text(d)}: {d.verdict_rule or d.timing_verdict}")
         if not d.fair:
             lines.append(f"- **{d.fairness_note}**")
         if d.kernels_removed:
@@ -411,7 +427,7 @@ def render_markdown(diff: ReportDiff, title: str = "Before/after card diff") -> 
             lines.append(f"- Kernels added: {', '.join(f'`{k}`' for k in d.kernels_added)}")
         if d.kernels_matched:
             lines.append("")
-            lines.append("| kernel family | before us | after us |")
+            lines.append("| kernel family | before us (kernel sum per call) | after us (kernel sum per call) |")
             lines.append("|---|---:|---:|")
             for m in d.kernels_matched:
                 lines.append(f"| `{m['family']}` | {_fmt(m['before_us'])} | {_fmt(m['after_us'])} |")

@@ -27,6 +27,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from harness.cards.diff import ReportDiff, calls_per_invocation, card_time_us, kernel_family
+from harness.cards.labels import class_label
 from harness.cards.model import Card, Report, ReportError, load_report, write_text_atomic
 
 BEFORE_COLOR, AFTER_COLOR = "#4c72b0", "#dd8452"
@@ -87,7 +88,7 @@ class CardView:
     diff: dict[str, Any] | None  # CardDiff.as_dict()
     study: StudyView | None = None
     missing_reason: str = ""
-    sides: tuple[str, str] = ("baseline", "best")  # a run's words; the diff CLI says before/after
+    sides: tuple[str, str] = ("baseline", "variant")  # a run's words; the diff CLI says before/after
 
 
 def _views(before: Report, after: Report | None, diff: Mapping[str, Any], sides: tuple[str, str]) -> list[CardView]:
@@ -150,7 +151,7 @@ def kernel_rows(before: Card, after: Card | None) -> list[KernelRow]:
 
 
 def kernel_bars_svg(rows: list[KernelRow], has_after: bool,
-                    sides: tuple[str, str] = ("baseline", "best")) -> str | None:
+                    sides: tuple[str, str] = ("baseline", "variant")) -> str | None:
     if not rows:
         return None
     shown = rows[:MAX_KERNEL_ROWS]
@@ -400,7 +401,7 @@ def _attach_studies(views: list[CardView], rdb: optuna.storages.RDBStorage) -> N
 
 
 def _missing_reason(view: CardView) -> str:
-    """Why a card has no best: the study tells a failed search from a baseline-only experiment."""
+    """Why a card has no variant tried: the study tells a failed search from a baseline-only experiment."""
     trials = view.study.trials if view.study else []
     if not trials:
         return "baseline only: no variant was searched for this card"
@@ -409,7 +410,7 @@ def _missing_reason(view: CardView) -> str:
         key = t.user_attrs.get("status") or t.state.name.lower()
         counts[key] = counts.get(key, 0) + 1
     if any(t.state == optuna.trial.TrialState.COMPLETE for t in trials):
-        return "no best recorded for this card"
+        return "no variant recorded for this card"
     return "no feasible variant (" + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ")"
 
 
@@ -470,27 +471,46 @@ def _max_rel(card: Card | None) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
+def _speedup(d: Mapping[str, Any]) -> str:
+    """The diff row's speedup with its 95% interval, as diff.md and summary.md print it."""
+    if not d.get("speedup"):
+        return "n/a"
+    ci = d.get("speedup_ci")
+    return f"{d['speedup']:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+
+def _outcome(d: Mapping[str, Any]) -> str:
+    """'adopted: X' or 'baseline kept: best tried X, 0.91x SLOWER' (None when the row has no adoption)."""
+    variant = (d.get("variant") or {}).get("label") or "none"
+    if d.get("adopted") is None:
+        return ""
+    if d["adopted"]:
+        return f"adopted: {variant}"
+    return f"baseline kept: best tried {variant}, {_speedup(d)} {d.get('timing_verdict') or 'n/a'}"
+
+
 def summary_table(views: list[CardView]) -> str:
-    before, after = views[0].sides if views else ("baseline", "best")
-    header = ["card", f"{before} us", f"{after} us", "speedup", "time", "class before -&gt; after", "max rel error",
-              "variant", "hypothesis verdict"]
+    before, after = views[0].sides if views else ("baseline", "variant")
+    header = ["card", f"{before} us", f"{after} us", "speedup [95% CI]", "time", "class before -&gt; after",
+              "max rel error", "variant", "experiment's check", "card's own check"]
     rows = []
     for v in views:
         link = f'<a href="#{_anchor(v.card_id)}"><code>{esc(v.card_id)}</code></a>'
         d = v.diff
         if v.after is None or d is None:
             rows.append([link, Num(_fmt(card_time_us(v.before), 1)), "n/a", "n/a", "n/a",
-                         f"{esc(v.before.primary or 'none')} -&gt; n/a", "n/a", esc(v.missing_reason), "n/a"])
+                         f"{esc(v.before.primary or 'none')} -&gt; n/a", "n/a", esc(v.missing_reason), "n/a", "n/a"])
             continue
         verdict = d.get("timing_verdict") or "n/a"
         err = _max_rel(v.after)
         rows.append([
             link, Num(_fmt(d.get("before_us"), 1)), Num(_fmt(d.get("after_us"), 1)),
-            Num(f"{d['speedup']:.2f}x" if d.get("speedup") else "n/a"),
+            Num(esc(_speedup(d))),
             f'<span class="{esc(verdict)}">{esc(verdict)}</span>',
-            f"{esc(d.get('class_before') or 'none')} -&gt; {esc(d.get('class_after') or 'none')}",
-            Num(f"{err:.2e}" if err is not None else "n/a"), esc(_variant(v.after)),
+            esc(d.get("class_transition") or f"{d.get('class_before') or 'none'} -> {d.get('class_after') or 'none'}"),
+            Num(f"{err:.2e}" if err is not None else "n/a"), esc(_outcome(d) or _variant(v.after)),
             f"<b>{esc(d.get('verdict'))}</b> <small>({esc(d.get('check'))})</small>",
+            f"<b>{esc(d.get('card_verdict') or 'n/a')}</b> <small>({esc(d.get('card_check') or 'none')})</small>",
         ])
     return _table(header, rows)
 
@@ -528,7 +548,7 @@ def _class_side(title: str, card: Card) -> str:
     dominant = next((k for k in card.kernels if k.name == card.dominant_kernel), None)
     if dominant is None and card.kernels:
         dominant = max(card.kernels, key=lambda k: k.metric("dur_us") or 0.0)
-    parts = [f"<h4>{esc(title)}: <code>{esc(card.primary or 'none')}</code></h4>",
+    parts = [f"<h4>{esc(title)}: <code>{esc(class_label(card))}</code></h4>",
              f"<p>rule: {esc(card.primary_rule or 'n/a')}</p>"]
     if dominant is not None:
         parts.append(f"<p>dominant kernel: <code>{esc(_short(dominant.name, 120))}</code> "
@@ -555,8 +575,11 @@ def _class_block(view: CardView) -> str:
     parts.append("</div>")
     if d:
         parts.append(f"<p>Hypothesis: {esc(d.get('hypothesis'))}</p>")
-        parts.append(f"<p>Check <code>{esc(d.get('check'))}</code>: <b>{esc(d.get('verdict'))}</b>: "
+        parts.append(f"<p>Class: {esc(d.get('class_transition') or '')}</p>")
+        parts.append(f"<p>Experiment's check <code>{esc(d.get('check'))}</code>: <b>{esc(d.get('verdict'))}</b>: "
                      f"{esc(d.get('verdict_detail'))}</p>")
+        parts.append(f"<p>The card's own check &ldquo;{esc(d.get('card_check') or 'none')}&rdquo;: "
+                     f"<b>{esc(d.get('card_verdict') or 'n/a')}</b>: {esc(d.get('card_verdict_detail') or '')}</p>")
         deltas = d.get("metric_deltas") or {}
         if deltas:
             rows = [[esc(k)] + [Num(_fmt(v.get(side), 3)) for side in ("before", "after", "delta")]
@@ -573,8 +596,9 @@ def _correctness_block(view: CardView) -> str:
         where = f"on the {view.sides[1]} card" if view.after is not None else f"(no {view.sides[1]} card)"
         return f'<p class="note">no correctness record {where}</p>'
     rows = [[esc(k), esc(_fmt(c.get(k), 3) if not isinstance(c.get(k), float) else f"{c[k]:.3e}")]
-            for k in ("max_abs", "max_rel", "tolerance", "feasible", "note") if k in c]
-    return _table([f"correctness ({view.sides[1]} vs {view.sides[0]} output)", ""], rows)
+            for k in ("max_abs", "max_rel", "bound", "derivation", "baseline_error", "precision", "feasible", "note")
+            if k in c]
+    return _table([f"correctness ({view.sides[1]} output vs the float64 reference)", ""], rows)
 
 
 def _roofline_block(view: CardView) -> str:
@@ -626,12 +650,13 @@ def card_section(view: CardView) -> str:
                 f"{esc(view.sides[0].capitalize())} {_fmt(card_time_us(view.before), 1)} us.</p>")
     else:
         verdict = d.get("timing_verdict") or "n/a"
-        speed = f"{d['speedup']:.2f}x" if d.get("speedup") else "n/a"
         head = (f"<p>{_fmt(d.get('before_us'), 2)} us -&gt; {_fmt(d.get('after_us'), 2)} us "
                 f"({esc(d.get('time_basis'))}), "
-                f'{speed}, <span class="{esc(verdict)}">{esc(verdict)}</span>'
-                + (f"; best variant <code>{esc(_variant(view.after))}</code>" if _variant(view.after) else "")
-                + "</p>")
+                f'{esc(_speedup(d))}, <span class="{esc(verdict)}">{esc(verdict)}</span>'
+                + (f"; {esc(_outcome(d))}" if _outcome(d) else
+                   f"; variant <code>{esc(_variant(view.after))}</code>" if _variant(view.after) else "")
+                + "</p>"
+                + (f'<p class="note">{esc(d.get("verdict_rule"))}</p>' if d.get("verdict_rule") else ""))
     return (f'<section class="card" id="{_anchor(view.card_id)}"><h2><code>{esc(view.card_id)}</code></h2>{head}'
             f"<h3>Kernels</h3>{_kernel_block(view)}"
             f"<h3>Classification</h3>{_class_block(view)}"
@@ -649,7 +674,10 @@ def page(title: str, intro: str, views: list[CardView], tail: str = "") -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
         f"<h1>{esc(title)}</h1>{intro}<h2>Summary</h2>{summary_table(views)}"
-        '<p class="note">Time verdict: SAME when the median change is within max(5%, the two relative spreads).</p>'
+        '<p class="note">Time verdict: baseline and variant are timed in paired rounds (ABBA order); the speedup '
+        "is the geometric mean of the rounds' ratios with its 95% interval; FASTER or SLOWER only when the whole "
+        "interval lies outside the SAME band, SAME when inside, INCONCLUSIVE otherwise, UNCONFIRMED without "
+        "paired rounds. Each card states the rule with its numbers.</p>"
         f"{sections}{tail}"
         f'<p class="note">Generated {esc(time.strftime("%Y-%m-%d %H:%M:%S"))} by harness.cards.html.</p>'
         "</body></html>\n"
@@ -686,13 +714,13 @@ def render_run_html(run_dir: Path) -> str:
     """The page for one run directory (baseline.json is required; every other file is optional)."""
     run_dir = Path(run_dir)
     baseline = load_report(run_dir / "baseline.json")
-    try:
-        best: Report | None = load_report(run_dir / "best.json")
+    try:  # the best variant each search tried, adopted or not (the diff's after side)
+        best: Report | None = load_report(run_dir / "tried.json")
     except ReportError:
         best = None
     diff = _read_json(run_dir / "diff.json")
     run = _read_json(run_dir / "run.json")
-    views = _views(baseline, best, diff, ("baseline", "best"))
+    views = _views(baseline, best, diff, ("baseline", "variant"))
     storage = _storage_url(run_dir, run)
     load_studies(views, storage)
     for view in views:

@@ -10,6 +10,21 @@ Unit errors are found by cross-checks that the report carries itself, calibrated
 - `summed_kernel_us` against the sum of the (normalized) listed kernels.
 A value is corrected only when exactly one reading is consistent; otherwise it is reported as
 `unit_suspect` and left alone. Every correction is written into the card under `normalization`.
+
+Each finding code has one severity (SEVERITY), so that a reader, and a script by the exit status of
+`python -m harness.cards lint`, can tell lost data from a fixed unit from a harmless quirk:
+- error: data is lost and no cross-check brings it back; what the card says rests on part of its
+  kernels. damaged_entry, merged_name, dominant_missing.
+- warning: a stored value is wrong or disagrees with the rest of the report; the normalized view
+  corrects it (the finding says how: `x1000 gives 1967 MHz`) or leaves it marked as unsettled.
+  unit_scaled, unit_suspect, sum_mismatch, dominant_mismatch, classification_mismatch,
+  summary_mismatch, primary_missing.
+- info: a value is absent or stored in an unusual form, nothing in it is wrong; the harness works
+  around it (card time from the kernel sum, a cast's lost shape rebuilt by the run, ids that tell
+  apart cards of one group). null_field, missing_field, null_metrics, missing_metrics,
+  shape_parameters_encoded, duplicate_group.
+Exit status of `lint` (EXIT_BY_SEVERITY): 0 with no finding or only info, 1 when the worst is a
+warning, 3 when there is an error; 2 stays what it is for every command: the report could not be read.
 """
 
 from __future__ import annotations
@@ -36,6 +51,30 @@ SUM_TOLERANCE = 0.005  # relative disagreement tolerated between summed_kernel_u
 _RULE_FRAGMENTS = tuple(text.rule[-24:] for text in CLASS_TEXT.values())
 
 
+ERROR, WARNING, INFO = "error", "warning", "info"
+SEVERITY: dict[str, str] = {
+    "damaged_entry": ERROR,
+    "merged_name": ERROR,
+    "dominant_missing": ERROR,
+    "unit_scaled": WARNING,
+    "unit_suspect": WARNING,
+    "sum_mismatch": WARNING,
+    "dominant_mismatch": WARNING,
+    "classification_mismatch": WARNING,
+    "summary_mismatch": WARNING,
+    "primary_missing": WARNING,
+    "null_field": INFO,
+    "missing_field": INFO,
+    "null_metrics": INFO,
+    "missing_metrics": INFO,
+    "shape_parameters_encoded": INFO,
+    "duplicate_group": INFO,
+}
+SEVERITIES = (ERROR, WARNING, INFO)  # worst first
+EXIT_BY_SEVERITY = {ERROR: 3, WARNING: 1, INFO: 0}
+REPORT_LEVEL = "(report)"  # the `card` of a finding about the report as a whole (its summary, its groups)
+
+
 @dataclass(frozen=True)
 class Finding:
     card: str
@@ -44,17 +83,30 @@ class Finding:
     detail: str
     field: str | None = None
 
+    @property
+    def severity(self) -> str:
+        return SEVERITY[self.code]
+
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "severity": self.severity}
+
+
+def exit_status(findings: Iterable[Finding]) -> int:
+    """`lint`'s exit status: that of the worst severity found (0 when there is nothing to report)."""
+    return max((EXIT_BY_SEVERITY[f.severity] for f in findings), default=0)
 
 
 @dataclass(frozen=True)
 class Correction:
+    """One value the normalized view changed; `code` is the finding it answers (or `dur_us_inferred`
+    for a duration inferred from summed_kernel_us), so that corrections can be counted per kind."""
+
     kernel: str | None
     field: str
     before: Any
     after: Any
     reason: str
+    code: str
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -196,7 +248,9 @@ def _byte_factors(
             fitting[0][1][i] if len({c[1][i] for c in fitting}) == 1 else None for i in (0, 1)
         )
         if any(f not in (None, 1.0) for f in agreed):
-            return agreed, f"{found}; every fitting reading scales read x{agreed[0]}, write x{agreed[1]}"
+            said = ", ".join(f"{field} " + (f"x{f:g}" if f is not None else "undecided (the readings differ)")
+                             for field, f in zip(("dram_read_mb", "dram_write_mb"), agreed))
+            return agreed, f"{found}; every fitting reading agrees on {said}"
     return None, f"{found}; no unique fix"
 
 
@@ -220,14 +274,15 @@ def _normalize_card(card: Card, cal: Calibration) -> _CardResult:
     def find(kernel: str | None, code: str, detail: str, field: str | None = None) -> None:
         findings.append(Finding(cid, kernel, code, detail, field))
 
-    def correct(kernel: Kernel | None, field: str, before: Any, after: Any, reason: str) -> None:
-        corrections.append(Correction(kernel.name if kernel else None, field, before, after, reason))
+    def correct(code: str, kernel: Kernel | None, field: str, before: Any, after: Any, reason: str) -> None:
+        corrections.append(Correction(kernel.name if kernel else None, field, before, after, reason, code))
 
     if card.shape_parameters_encoded:
         find(None, "shape_parameters_encoded", "shape_parameters is a JSON-encoded string, not an object",
              "shape_parameters")
         out.shape_parameters_encoded = False
-        correct(None, "shape_parameters", "<json string>", "<object>", "decoded the JSON string")
+        correct("shape_parameters_encoded", None, "shape_parameters", "<json string>", "<object>",
+                "decoded the JSON string")
 
     for name in ("summed_kernel_us", "nominal_mac_flops", "input_sha256"):
         if name not in card.keys:
@@ -249,7 +304,7 @@ def _normalize_card(card: Card, cal: Calibration) -> _CardResult:
                  "only evidence survives")
             recovered = _recover(kernel, stem)
             out.kernels[index] = recovered
-            correct(recovered, "kernel", kernel.name, stem,
+            correct("damaged_entry", recovered, "kernel", kernel.name, stem,
                     "damaged entry: name cut at the leaked rule text, metrics taken from its evidence, "
                     "class recomputed from the evidence")
             unknown_durations.append(recovered)
@@ -276,7 +331,7 @@ def _normalize_card(card: Card, cal: Calibration) -> _CardResult:
             find(kernel.name, "unit_scaled", f"dur_us written in a larger unit: {why}", "dur_us")
             before = metrics["dur_us"]
             metrics["dur_us"] = before * factor
-            correct(kernel, "dur_us", before, metrics["dur_us"], why)
+            correct("unit_scaled", kernel, "dur_us", before, metrics["dur_us"], why)
         if _num(metrics.get("dur_us")) is None:
             unknown_durations.append(kernel)
 
@@ -291,7 +346,7 @@ def _normalize_card(card: Card, cal: Calibration) -> _CardResult:
                     before = metrics[field]
                     metrics[field] = before * f
                     find(kernel.name, "unit_scaled", f"{field} written in a larger unit: {why}", field)
-                    correct(kernel, field, before, metrics[field], why)
+                    correct("unit_scaled", kernel, field, before, metrics[field], why)
 
         static = _num(metrics.get("smem_static_b"))
         if static is not None and static != int(static):
@@ -300,7 +355,7 @@ def _normalize_card(card: Card, cal: Calibration) -> _CardResult:
                 why = f"{static:g} is not a whole number of bytes; x1000 gives {round(scaled)} B"
                 find(kernel.name, "unit_scaled", f"smem_static_b written in KB: {why}", "smem_static_b")
                 metrics["smem_static_b"] = float(round(scaled))
-                correct(kernel, "smem_static_b", static, metrics["smem_static_b"], why)
+                correct("unit_scaled", kernel, "smem_static_b", static, metrics["smem_static_b"], why)
             else:
                 find(kernel.name, "unit_suspect", f"smem_static_b {static:g} is not a whole number of bytes",
                      "smem_static_b")
@@ -320,7 +375,7 @@ def _normalize_card(card: Card, cal: Calibration) -> _CardResult:
             assert kernel.metrics is not None
             kernel.metrics["dur_us"] = inferred
             kernel.extra["dur_us_inferred"] = True
-            correct(kernel, "dur_us", None, inferred,
+            correct("dur_us_inferred", kernel, "dur_us", None, inferred,
                     "inferred as summed_kernel_us minus the other listed kernels (may include lost kernels)")
             listed = total
         if not math.isclose(listed, total, rel_tol=SUM_TOLERANCE, abs_tol=0.01):
@@ -330,7 +385,7 @@ def _normalize_card(card: Card, cal: Calibration) -> _CardResult:
                 why = f"summed_kernel_us {total:g} is 1/{scaled:g} of the listed sum {listed:g}"
                 find(None, "unit_scaled", why, "summed_kernel_us")
                 out.summed_kernel_us = listed
-                correct(None, "summed_kernel_us", total, listed, why)
+                correct("unit_scaled", None, "summed_kernel_us", total, listed, why)
             else:
                 find(None, "sum_mismatch",
                      f"summed_kernel_us {total:g} us, listed kernels sum to {listed:g} us "
@@ -400,19 +455,19 @@ def _report_findings(report: Report) -> list[Finding]:
     summary, by_stage = class_counts(report.cards)
     if report.summary is not None and report.summary != summary:
         diff = _count_diff(report.summary, summary)
-        findings.append(Finding("(report)", None, "summary_mismatch", f"summary vs cards: {diff}", "summary"))
+        findings.append(Finding(REPORT_LEVEL, None, "summary_mismatch", f"summary vs cards: {diff}", "summary"))
     if report.by_stage is not None:
         for stage in sorted(set(report.by_stage) | set(by_stage)):
             stored, actual = report.by_stage.get(stage, {}), by_stage.get(stage, {})
             if stored != actual:
-                findings.append(Finding("(report)", None, "summary_mismatch",
+                findings.append(Finding(REPORT_LEVEL, None, "summary_mismatch",
                                         f"by_stage.{stage} vs cards: {_count_diff(stored, actual)}", "by_stage"))
     groups: dict[str, list[str]] = {}
     for card in report.cards:
         groups.setdefault(card.group, []).append(card.id)
     for group, ids in groups.items():
         if len(ids) > 1:
-            findings.append(Finding("(report)", None, "duplicate_group",
+            findings.append(Finding(REPORT_LEVEL, None, "duplicate_group",
                                     f"group {group!r} is shared by {len(ids)} cards: {', '.join(ids)}", "group"))
     return findings
 

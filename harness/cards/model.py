@@ -8,10 +8,12 @@ the way back out.
 from __future__ import annotations
 
 import copy
+import difflib
 import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
@@ -21,6 +23,7 @@ from typing import Any
 from harness.cards.fields import METRIC_FIELDS
 
 DEFAULT_REPORT_NAME = "lingbot_world_realtime_ncu_20260908.json"
+SIMILAR_CUTOFF = 0.6  # difflib ratio below which an id is not offered as "similar"
 
 
 class ReportError(ValueError):
@@ -159,11 +162,23 @@ class Report:
     source: str = "<memory>"
 
     def card(self, card_id: str) -> Card:
+        """The card with this id, or with this id plus its `-xxxxxx` hash suffix when exactly one has it.
+
+        The suffix only tells apart cards of one group (DOMAIN.md: `group` is not unique), so an id
+        typed without it is accepted when it names one card, and answered with the candidates when it
+        names several; any other miss lists the most similar ids first.
+        """
         for card in self.cards:
             if card.id == card_id:
                 return card
-        near = [c.id for c in self.cards if card_id in c.id or c.id.startswith(card_id.split("-")[0])]
-        hint = f"; similar: {', '.join(near[:5])}" if near else "; list them with `python -m harness.cards show`"
+        same_stem = [c for c in self.cards if id_stem(c.id) == card_id]
+        if len(same_stem) == 1:
+            return same_stem[0]
+        if same_stem:
+            raise ReportError(f"{self.source}: {card_id!r} is {len(same_stem)} cards, give the full id: "
+                              + ", ".join(c.id for c in same_stem))
+        near = similar_ids(card_id, [c.id for c in self.cards])
+        hint = f"; most similar: {', '.join(near)}" if near else "; list them with `python -m harness.cards show`"
         raise ReportError(f"{self.source}: no card with id {card_id!r}{hint}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -233,6 +248,29 @@ def _shape_tag(card: Card) -> str:
     except (KeyError, IndexError, TypeError):
         pass
     return ""
+
+
+_HASH_SUFFIX = re.compile(r"-[0-9a-f]{6}$")
+
+
+def id_stem(card_id: str) -> str:
+    """A card id without its hash suffix: `vae-480-conv3d-96to96k333t6-13c157` -> `vae-480-conv3d-96to96k333t6`."""
+    return _HASH_SUFFIX.sub("", card_id)
+
+
+def similar_ids(wanted: str, ids: list[str], n: int = 5) -> list[str]:
+    """Up to `n` ids most like `wanted`, best first: each scored on the whole id and on its stem (a
+    typo in an id typed without its suffix still finds it). Only ids alike at all are offered; when
+    none is, the ids of the same stage (the first word: `vae-...`), still best first."""
+    def score(card_id: str) -> float:
+        return max(difflib.SequenceMatcher(None, wanted, text).ratio() for text in (card_id, id_stem(card_id)))
+
+    ranked = sorted(((score(i), i) for i in ids), key=lambda pair: -pair[0])
+    alike = [card_id for value, card_id in ranked if value >= SIMILAR_CUTOFF]
+    if not alike:
+        stage = wanted.split("-")[0]
+        alike = [card_id for _, card_id in ranked if card_id.split("-")[0] == stage]
+    return alike[:n]
 
 
 def derive_card_id(card: Card) -> str:

@@ -10,10 +10,18 @@ For launch-bound calls (many small kernels), `cuda_graph=True` captures the call
 torch.cuda.CUDAGraph (after warm-ups on a side stream, as the CUDA Graphs notes require) and
 times its replay instead, which removes the per-kernel CPU launch cost from the measurement.
 
+Before sampling, the call is warmed up until its timing is stable (harness.profile.timing.warm_up:
+the median of the last 3 calls within 10% of the 3 before), since a cold call (clocks ramping up,
+lazy module loading, cuBLAS heuristics) can be many times its steady time. Each warm-up call is timed
+by synchronize-then-clock with the L2 flush before it, outside the timed interval; `warmup=<int>`
+makes a fixed number of calls instead.
+
 Sampling stops once `budget_s` of wall time has been spent measuring (warm-ups excluded) and at
-least `min_repeats` samples exist, or at `max_repeats`. The SM clock after the run is read through
-NVML (torch.cuda.clock_rate: pynvml's nvmlDeviceGetClockInfo for NVML_CLOCK_SM) when pynvml is
-importable; otherwise it is None and a note says why.
+least `min_repeats` samples exist, or at `max_repeats`. The SM clock is read through NVML
+(torch.cuda.clock_rate: pynvml's nvmlDeviceGetClockInfo for NVML_CLOCK_SM) when pynvml is
+importable, before and after sampling: `clock_mhz` is the reading after, and a note says when the
+two differ by more than CLOCK_MOVED (the samples then straddle a clock change). Without pynvml it
+is None and a note says why.
 """
 
 from __future__ import annotations
@@ -24,11 +32,13 @@ import time
 from typing import Any, Callable
 
 from harness.profile.gpu_peaks import lookup
-from harness.profile.timing import TimingResult
+from harness.profile.timing import TimingResult, warm_up
 from harness.profile.torch_cuda import ensure_cuda
 
 MiB = 1024 * 1024
 FALLBACK_FLUSH_BYTES = 256 * MiB  # when neither the device nor the peak table knows L2
+CAPTURE_WARMUP = 3  # side-stream calls before a graph capture when warming up until stable
+CLOCK_MOVED = 0.05  # relative change of the SM clock across the samples worth a note
 
 
 def flush_bytes(device: int | None = None) -> tuple[int, str]:
@@ -80,7 +90,7 @@ def sm_clock_mhz(device: int | None = None) -> tuple[float | None, str | None]:
 def time_cuda(
     fn: Callable[[], Any],
     *,
-    warmup: int = 3,
+    warmup: int | None = None,
     min_repeats: int = 10,
     max_repeats: int = 1000,
     budget_s: float = 1.0,
@@ -88,10 +98,14 @@ def time_cuda(
     cuda_graph: bool = False,
     device: int | None = None,
 ) -> TimingResult:
-    """Time `fn()` on the GPU with CUDA events; durations in microseconds."""
+    """Time `fn()` on the GPU with CUDA events; durations in microseconds.
+
+    `warmup`: None warms up until the timing is stable (the result's `warmup_stable` says whether it
+    got there); an int makes exactly that many warm-up calls.
+    """
     if min_repeats < 1 or max_repeats < min_repeats:
         raise ValueError("need 1 <= min_repeats <= max_repeats")
-    if warmup < 0 or budget_s < 0:
+    if (warmup is not None and warmup < 0) or budget_s < 0:
         raise ValueError("warmup and budget_s must be non-negative")
     ensure_cuda()
     import torch
@@ -99,22 +113,35 @@ def time_cuda(
     dev = torch.device("cuda", torch.cuda.current_device() if device is None else device)
     notes: list[str] = []
     with torch.cuda.device(dev):
-        call: Callable[[], Any] = capture_graph(fn, warmup) if cuda_graph else fn
+        call: Callable[[], Any] = (
+            capture_graph(fn, CAPTURE_WARMUP if warmup is None else warmup) if cuda_graph else fn
+        )
         buffer = None
         if flush_l2:
             size, how = flush_bytes(dev.index)
             buffer = torch.empty(size, dtype=torch.int8, device=dev)
             notes.append(f"L2 flushed before each sample by zeroing {size / MiB:.0f} MiB ({how})")
-        for _ in range(warmup):
-            _flush(buffer)
-            call()
+        stable: bool | None = None
+        if warmup is None:
+            warm = warm_up(call, sync=lambda: torch.cuda.synchronize(dev), prepare=lambda: _flush(buffer))
+            warmup, stable = warm.calls, warm.stable
+            if not stable:
+                notes.append(f"warm-up stopped before the timing was stable "
+                             f"({warm.calls} calls, {warm.seconds:.2f} s)")
+        else:
+            for _ in range(warmup):
+                _flush(buffer)
+                call()
         torch.cuda.synchronize(dev)
 
+        clock_before, _ = sm_clock_mhz(dev.index)
         samples = _sample(call, buffer, min_repeats, max_repeats, budget_s, dev)
 
         clock, why = sm_clock_mhz(dev.index)
         if why:
             notes.append(why)
+        elif clock is not None and clock_before and abs(clock - clock_before) > CLOCK_MOVED * clock_before:
+            notes.append(f"SM clock moved from {clock_before:.0f} to {clock:.0f} MHz while sampling")
         method = "+".join(["cuda_graph"] * cuda_graph + ["cuda_event"] + ["l2_flush"] * flush_l2)
         return TimingResult.from_samples(
             samples,
@@ -123,6 +150,7 @@ def time_cuda(
             device_name=torch.cuda.get_device_name(dev),
             clock_mhz=clock,
             notes=notes,
+            warmup_stable=stable,
         )
 
 

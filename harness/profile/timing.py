@@ -1,7 +1,14 @@
-"""Wall-clock timing of a callable on the CPU, and the noise rule that compares two timings.
+"""Wall-clock timing of a callable on the CPU, warm-up until stable, and the noise rule of two timings.
 
 `TimingResult` is backend-neutral: the CUDA-event timer (harness.profile.cuda_timing) fills the same
 fields, adding `device_name` and `clock_mhz`. All durations are microseconds.
+
+Warm-up (`warm_up`): a fixed count of warm-up calls is too few for some calls and wasteful for
+others; a cold first call was measured at 1.7x and even 160x its steady time (a cold M=3 K=256
+linear: 7994 us against 49 us). So the calls before the first sample continue until the timing is
+stable: the median of the last `window` call times is within `rel_tol` of the median of the
+`window` calls before them. Medians of windows, not single calls, so that one slow call (a page
+fault, a context switch) neither fakes stability nor restarts the wait.
 
 Statistics (see `TimingResult.from_samples`):
 - median of the samples;
@@ -18,7 +25,7 @@ import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from harness.cards.noise import DEFAULT_THRESHOLD, Verdict, noise_band
 
@@ -37,6 +44,7 @@ class TimingResult:
     device_name: str | None = None
     clock_mhz: float | None = None
     notes: list[str] = field(default_factory=list)
+    warmup_stable: bool | None = None  # whether warm-up reached a stable timing; None: a fixed count
 
     @classmethod
     def from_samples(
@@ -48,6 +56,7 @@ class TimingResult:
         device_name: str | None = None,
         clock_mhz: float | None = None,
         notes: list[str] | None = None,
+        warmup_stable: bool | None = None,
     ) -> "TimingResult":
         """Summarize per-call durations (microseconds); at least one finite, non-negative sample."""
         samples = [float(s) for s in samples_us]
@@ -75,6 +84,7 @@ class TimingResult:
             device_name=device_name,
             clock_mhz=clock_mhz,
             notes=list(notes or []),
+            warmup_stable=warmup_stable,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,14 +92,80 @@ class TimingResult:
 
     @classmethod
     def from_dict(cls, obj: dict[str, Any]) -> "TimingResult":
+        """Tolerant of dicts written before a field existed (it takes its default) and of extra keys."""
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in obj.items() if k in known})
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    calls: int  # warm-up calls made
+    seconds: float  # clock time they took
+    stable: bool  # False: stopped at max_calls or max_s before the timing settled
+    samples_us: tuple[float, ...]  # each warm-up call's duration
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "samples_us": list(self.samples_us)}
+
+
+def _is_stable(samples_us: Sequence[float], window: int, rel_tol: float) -> bool:
+    """Whether the median of the last `window` samples is within `rel_tol` of the `window` before."""
+    if len(samples_us) < 2 * window:
+        return False
+    last = statistics.median(samples_us[-window:])
+    previous = statistics.median(samples_us[-2 * window:-window])
+    return abs(last - previous) <= rel_tol * previous
+
+
+def warm_up(
+    fn: Callable[[], Any],
+    *,
+    clock: Callable[[], int] = time.perf_counter_ns,
+    window: int = 3,
+    rel_tol: float = 0.1,
+    min_calls: int = 2,
+    max_calls: int = 200,
+    max_s: float = 2.0,
+    sync: Callable[[], Any] | None = None,
+    prepare: Callable[[], Any] | None = None,
+) -> WarmUp:
+    """Call `fn()` until its timing is stable (see the module docstring), at least `min_calls` times.
+
+    Stops unstable at `max_calls` calls or once `max_s` seconds have passed. Each call is timed by
+    `clock()` (integer nanoseconds). `sync`, when given, runs before the clock starts and after each
+    call, inside the timed interval, so that asynchronous work (CUDA kernels) is counted and nothing
+    queued earlier is; `prepare` runs before each call, outside it (e.g. an L2 flush).
+    """
+    if window < 1 or min_calls < 0 or max_calls < 1:
+        raise ValueError("need window >= 1, min_calls >= 0 and max_calls >= 1")
+    if rel_tol < 0 or max_s < 0:
+        raise ValueError("rel_tol and max_s must be non-negative")
+    samples: list[float] = []
+    stable = False
+    start = clock()
+    while len(samples) < max_calls:
+        if prepare is not None:
+            prepare()
+        if sync is not None:
+            sync()
+        t0 = clock()
+        fn()
+        if sync is not None:
+            sync()
+        t1 = clock()
+        samples.append((t1 - t0) / 1000.0)
+        if len(samples) >= min_calls and _is_stable(samples, window, rel_tol):
+            stable = True
+            break
+        if t1 - start >= max_s * 1e9:
+            break
+    return WarmUp(calls=len(samples), seconds=(clock() - start) / 1e9, stable=stable, samples_us=tuple(samples))
 
 
 def time_cpu(
     fn: Callable[[], Any],
     *,
-    warmup: int = 2,
+    warmup: int | None = None,
     min_repeats: int = 5,
     max_repeats: int = 1000,
     budget_s: float = 1.0,
@@ -97,8 +173,10 @@ def time_cpu(
     disable_gc: bool = True,
     method: str = "cpu_perf_counter",
 ) -> TimingResult:
-    """Time `fn()` by the wall clock: `warmup` unrecorded calls, then timed calls.
+    """Time `fn()` by the wall clock: warm-up calls (unrecorded), then timed calls.
 
+    `warmup`: None warms up until the timing is stable (`warm_up` with its defaults; the result's
+    `warmup_stable` says whether it got there); an int makes exactly that many warm-up calls.
     Timed calls continue until `budget_s` seconds of measuring have passed (warm-ups not counted),
     but never fewer than `min_repeats` nor more than `max_repeats`. Each sample is the
     `clock()` difference (integer nanoseconds) around one call. The garbage collector is paused
@@ -108,10 +186,15 @@ def time_cpu(
         raise ValueError("min_repeats must be at least 1")
     if max_repeats < min_repeats:
         raise ValueError("max_repeats must be >= min_repeats")
-    if warmup < 0 or budget_s < 0:
+    if (warmup is not None and warmup < 0) or budget_s < 0:
         raise ValueError("warmup and budget_s must be non-negative")
-    for _ in range(warmup):
-        fn()
+    stable: bool | None = None
+    if warmup is None:
+        warm = warm_up(fn, clock=clock)
+        warmup, stable = warm.calls, warm.stable
+    else:
+        for _ in range(warmup):
+            fn()
     gc_was_enabled = gc.isenabled()
     if disable_gc:
         gc.disable()
@@ -130,7 +213,7 @@ def time_cpu(
         if disable_gc and gc_was_enabled:
             gc.enable()
     return TimingResult.from_samples(
-        [ns / 1000.0 for ns in samples_ns], warmup=warmup, method=method
+        [ns / 1000.0 for ns in samples_ns], warmup=warmup, method=method, warmup_stable=stable
     )
 
 

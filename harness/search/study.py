@@ -114,8 +114,15 @@ class SharedBudgetSampler(optuna.samplers.BaseSampler):
         if trial._trial_id in self._surplus:
             return
         if state == TrialState.FAIL and interrupted():
-            study._storage.set_trial_system_attr(trial._trial_id, INTERRUPTED_KEY, interrupted())
-            RetryStale(None)(study, study._storage.get_trial(trial._trial_id), interrupted=True)
+            # Optuna files a trial the signal stopped as FAIL whatever we do; it is marked as interrupted,
+            # with that reason (no failure of the variant), and its re-queued copy replaces it in the
+            # budget (`budget_trials`), so a stopped and resumed search counts each configuration once.
+            storage = study._storage
+            storage.set_trial_system_attr(trial._trial_id, INTERRUPTED_KEY, interrupted())
+            storage.set_trial_user_attr(trial._trial_id, "status", "interrupted")
+            storage.set_trial_user_attr(trial._trial_id, "reason", f"interrupted ({interrupted()}): not a failure; "
+                                        "the trial went back in the queue and runs again on resume")
+            RetryStale(None)(study, storage.get_trial(trial._trial_id), interrupted=True)
         self.inner.after_trial(study, trial, state, values)
         if BUDGET_ATTR in study.user_attrs and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             _stop(study)

@@ -17,7 +17,13 @@ mask that hides the unfilled slots. heads and head_dim come from `AttentionConfi
 over 4 Ulysses ranks).
 
 FLOPs: 4 * B * heads * Lq * valid_keys * head_dim (QK^T and PV). Minimum bytes: q, the valid k and v,
-and the output, once each.
+and the output, once each. Reduction length: the valid keys, the longest sum of the op (the softmax
+denominator and P.V run over them; QK^T sums only head_dim terms), so what bounds accumulated rounding.
+
+Synthetic q, k, v have std 1: scores q.k/sqrt(head_dim) have std 1, so the softmax is neither uniform
+nor one-hot and every valid key carries weight, and the slots past the valid prefix hold values of the
+same scale (as a reused cache would), so a variant that scores them or drops a block of valid keys
+errs by a sizeable share of the output (no term is small by construction, unlike a 1/sqrt(K) bias).
 
 Scaling shrinks Lq and the allocation (never below 16), and keeps valid/allocated as the card has it.
 """
@@ -178,6 +184,7 @@ def plan(
         dtype=dtype,
         output_shape=(batch, heads, queries_s, head_dim),
         flops=4.0 * per_token * queries_s * valid_s,
+        reduction_length=valid_s,
         min_bytes=float((2 * queries_s + 2 * valid_s) * per_token * element_size(dtype)),
         notes=tuple(notes),
     )

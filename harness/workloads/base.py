@@ -177,6 +177,9 @@ class Plan:
     output_shape: tuple[int, ...]
     flops: float
     min_bytes: float
+    # Terms summed into one output element (linear K, conv3d Cin/groups*kT*kH*kW, attention the valid
+    # keys, cast 1): how far rounding errors can accumulate (harness.correctness).
+    reduction_length: int
     notes: tuple[str, ...] = ()
 
 
@@ -200,6 +203,7 @@ class Workload:
     run: Callable[[], torch.Tensor]
     flops: float
     min_bytes: float
+    reduction_length: int  # as Plan.reduction_length
     input_source: str
     output_shape: tuple[int, ...] = ()
     notes: list[str] = field(default_factory=list)
@@ -213,8 +217,7 @@ class Workload:
         float64 (the default) is exact enough for any variant and keeps CUDA from using TF32, so a GPU
         reference is as good as a CPU one. float32 is much faster for conv3d on a CPU, where it is
         plain IEEE float32; on CUDA a float32 reference follows the process's TF32 settings, so use
-        float64 there. Compare with `torch.testing.assert_close(out.to(ref.dtype), ref, ...)` at a
-        tolerance fit for the variant's dtype.
+        float64 there. harness.correctness holds every output to the float64 one.
         """
         if self._reference is None:
             raise WorkloadError(f"{self.op_kind}: this workload has no reference")
@@ -223,7 +226,7 @@ class Workload:
         return self._reference(dtype)
 
     def describe(self) -> dict[str, Any]:
-        """A JSON-able summary for the card: shape, scale, dtype, layout, input source, FLOPs, bytes."""
+        """A JSON-able summary for the card: shape, scale, dtype, layout, input source, FLOPs, bytes, K."""
         out: dict[str, Any] = {
             "op_kind": self.op_kind,
             "shape": self.shape,
@@ -236,6 +239,7 @@ class Workload:
             "input_source": self.input_source,
             "flops": self.flops,
             "min_bytes": self.min_bytes,
+            "reduction_length": self.reduction_length,
             "notes": list(self.notes),
         }
         if self.seed is not None:

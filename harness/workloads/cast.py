@@ -17,10 +17,10 @@ pair of cast cards of the same resolution, else 12 with a note. A shape paramete
 tensor shape) overrides all of it. Synthetic frames are uniform in [0, 255) for an integer destination
 (values a real pipeline would cast after scaling) and in [-1, 1) otherwise.
 
-FLOPs: 0. Minimum bytes: numel x (source + destination element size). Scaling shrinks H and W (never
-below 8). `reference()` is the exact conversion, in float64 by default: truncation toward zero for
-integer destinations, the source values themselves for floating ones (compare with the destination's
-tolerance).
+FLOPs: 0, reduction length 1 (nothing is summed). Minimum bytes: numel x (source + destination element
+size). Scaling shrinks H and W (never below 8). `reference()` is the exact conversion, in float64 by
+default: truncation toward zero for integer destinations (so the uint8 output must be exact), the source
+values themselves for floating ones (held to the destination's rounding).
 """
 
 from __future__ import annotations
@@ -118,6 +118,7 @@ def plan(
         output_shape=tuple(scaled),
         flops=0.0,
         min_bytes=float(count * (element_size(src) + element_size(dst))),
+        reduction_length=1,  # elementwise: nothing is summed
         notes=tuple(notes),
     )
 

@@ -6,7 +6,11 @@ a mismatch is a WorkloadError), optionally `bias` (bool). Bias defaults to True:
 nn.Conv3d with the default bias=True. The causal zero padding is applied by F.pad before the conv in the
 model, so the cards already show padded inputs (482x210) and padding 0.
 
-FLOPs are 2 * Cout * (Cin/groups) * kT*kH*kW * (N*To*Ho*Wo), as the report's `nominal_mac_flops`.
+FLOPs are 2 * Cout * (Cin/groups) * kT*kH*kW * (N*To*Ho*Wo), as the report's `nominal_mac_flops`;
+(Cin/groups) * kT*kH*kW is the `reduction_length`, the terms summed into one output.
+
+Synthetic inputs: input of std 1, weight of std 1/sqrt(reduction_length) (so the sum has std 1) and
+bias of std 1, of the same order as the sum, so that a lost or misplaced bias is an error of order 1.
 
 Scaling shrinks the output's H and W (never below 8; smaller ones are kept) and derives the input
 extent that produces them; batch, channels, frames (T) and the kernel stay exact, so the input is
@@ -123,6 +127,7 @@ def plan(params: dict[str, Any], *, dtype: torch.dtype, scale: float) -> Plan:
         output_shape=tuple(scaled_out),
         flops=2.0 * macs_per_output * outputs,
         min_bytes=float(elements * element_size(dtype)),
+        reduction_length=macs_per_output,
         notes=tuple(notes),
     )
 
@@ -131,9 +136,11 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
     o, s, dtype = plan_.original_shape, plan_.shape, plan_.dtype
     w = s["weight"]
     x = source.take("input", tuple(o["input"]), tuple(s["input"]), dtype, aliases=("x",), primary=True)
+    # The sum over Cin/groups*kT*kH*kW terms has std 1 with this weight; the bias gets std 1 too, so a
+    # variant that drops or misplaces it errs by the order of the output, not by 1/sqrt(K) of it.
     std = 1.0 / math.sqrt(w[1] * w[2] * w[3] * w[4])
     weight = source.take("weight", tuple(w), tuple(w), dtype, aliases=("w",), std=std)
-    bias = source.take("bias", (w[0],), (w[0],), dtype, aliases=("b",), std=std) if s["bias"] else None
+    bias = source.take("bias", (w[0],), (w[0],), dtype, aliases=("b",)) if s["bias"] else None
     if layout == "channels_last_3d":
         x = x.contiguous(memory_format=torch.channels_last_3d)
         weight = weight.contiguous(memory_format=torch.channels_last_3d)

@@ -6,7 +6,10 @@ linears are nn.Linear with bias. FLOPs are 2*M*N*K (the bias add is not counted)
 report's `nominal_mac_flops` holds for linear cards.
 
 Scaling shrinks M and N (dimensions of 64 or less are kept: M=3 and N=64 are what those cards are
-about); K, the reduction depth, is never scaled.
+about); K, the reduction depth (`reduction_length`), is never scaled.
+
+Synthetic inputs: x of std 1, W of std 1/sqrt(K) (so x @ W^T has std 1) and b of std 1, of the same
+order as the product, so a variant that loses or misplaces any term errs by the order of the output.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def plan(params: dict[str, Any], *, dtype: torch.dtype, scale: float) -> Plan:
         output_shape=(ms, ns),
         flops=2.0 * ms * ns * k,
         min_bytes=float(elements * element_size(dtype)),
+        reduction_length=k,
         notes=(note,) if note else (),
     )
 
@@ -86,9 +90,11 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
         primary=True,
         adapt=_as_matrix(o["M"], k),
     )
-    std = 1.0 / math.sqrt(k)
-    weight = source.take("weight", (o["N"], k), (s["N"], k), dtype, aliases=("w",), std=std)
-    bias = source.take("bias", (o["N"],), (s["N"],), dtype, aliases=("b",), std=std) if s["bias"] else None
+    # x @ W^T has std 1 with W of std 1/sqrt(K); the bias gets std 1 too, so that every term of the
+    # output matters: a bias of the weight's std (1/sqrt(K)) is lost in bf16 rounding, and a variant
+    # that dropped it passed the correctness check.
+    weight = source.take("weight", (o["N"], k), (s["N"], k), dtype, aliases=("w",), std=1.0 / math.sqrt(k))
+    bias = source.take("bias", (o["N"],), (s["N"],), dtype, aliases=("b",)) if s["bias"] else None
 
     inputs = {"x": x, "weight": weight}
     if bias is not None:

@@ -114,6 +114,7 @@ def build_workload(
         run=built["run"],
         flops=plan.flops,
         min_bytes=plan.min_bytes,
+        reduction_length=plan.reduction_length,
         input_source=source.input_source(),
         output_shape=plan.output_shape,
         notes=notes,

@@ -36,7 +36,8 @@ def test_batched_time_is_per_original_call(report):
     before, after = _timed(card, 100.0), _timed(card, 200.0, calls=4)
     assert card_time_us(after) == pytest.approx(50.0)
     d = diff_cards(before, after)
-    assert d.speedup == pytest.approx(2.0) and d.timing_verdict == "FASTER"
+    # Two medians timed apart are not a verdict: only paired confirm rounds decide.
+    assert d.speedup == pytest.approx(2.0) and d.timing_verdict == "UNCONFIRMED"
 
 
 def test_prepared_rejects_zero_calls():
@@ -44,32 +45,64 @@ def test_prepared_rejects_zero_calls():
         Prepared(lambda: None, calls=0)
 
 
+def _confirmed(verdict, speedup):
+    return {"verdict": verdict, "speedup": speedup, "ci": [speedup * 0.95, speedup * 1.05], "rule": "planted"}
+
+
 def test_end_to_end_counts_only_fair_faster_wins(report):
     fast = report.card("dit-480-linear-m3n5120k5120-d55d81")
     slow = report.card("dit-480-linear-m1170n5120k5120-b9770e")
     other_machine = report.card("vae-480-conv3d-16to16k111t3-9507c7")
+    unconfirmed = report.card("dit-480-linear-m3n30720k5120-c91997")
+    on_h200 = "NVIDIA H200"
+    measured = {card.id: _timed(card, 100, device=on_h200) for card in (fast, slow, other_machine, unconfirmed)}
+    for card in measured.values():
+        card.extra["workload"] = {"scale": 1}
     results = [
-        CardResult(fast, "dit_small_m_batching", "batched(k=4)", diff_cards(_timed(fast, 100), _timed(fast, 50))),
-        CardResult(slow, "dit_gemm_tiles", "x", diff_cards(_timed(slow, 100), _timed(slow, 130))),
+        CardResult(fast, "dit_small_m_batching", "batched(k=4)",
+                   diff_cards(measured[fast.id], _timed(fast, 50, device=on_h200),
+                              confirmation=_confirmed("FASTER", 2.0), adopted=True), measured[fast.id]),
+        CardResult(slow, "dit_gemm_tiles", "x",
+                   diff_cards(measured[slow.id], _timed(slow, 130, device=on_h200),
+                              confirmation=_confirmed("SLOWER", 100 / 130), adopted=False), measured[slow.id]),
         CardResult(other_machine, "vae_bf16", "y",
-                   diff_cards(_timed(other_machine, 100), _timed(other_machine, 10, device="cpu-b"))),
+                   diff_cards(measured[other_machine.id], _timed(other_machine, 10, device="cpu-b"),
+                              confirmation=_confirmed("FASTER", 10.0), adopted=True), measured[other_machine.id]),
+        CardResult(unconfirmed, "dit_small_m_batching", "z",
+                   diff_cards(measured[unconfirmed.id], _timed(unconfirmed, 20, device=on_h200)),
+                   measured[unconfirmed.id]),
     ]
-    text = render_end_to_end(report, results, measured_on="cpu")
+    text = render_end_to_end(report, results, measured_on="H200", report_device="H200")
     rows = {line.split("|")[1].strip(" `"): line for line in text.splitlines() if line.startswith("| `")}
-    saved = {card: float(line.rstrip(" |").split("|")[-1]) for card, line in rows.items()}
-    assert saved[fast.id] == pytest.approx(card_time_us(fast, False) / 2, abs=0.1)
-    assert saved[slow.id] == 0.0  # SLOWER
-    assert saved[other_machine.id] == 0.0  # 10x, but measured on another machine: not fair
+    cells = {card: line.rstrip(" |").split("|")[-1].strip() for card, line in rows.items()}
+    assert float(cells[fast.id]) == pytest.approx(card_time_us(fast, False) / 2, abs=0.1)
+    assert cells[slow.id] in ("0.0", "0")  # confirmed SLOWER: nothing saved
+    assert cells[other_machine.id] in ("0.0", "0")  # 10x, but measured on another machine: not fair
+    assert cells[unconfirmed.id] in ("0.0", "0")  # 5x medians without paired rounds: not a win
     dit_480 = next(line for line in text.splitlines() if line.startswith("| 480x832 | dit |"))
     assert f"{card_time_us(fast, False) / 2:.1f}" in dit_480
+
+
+def test_a_win_measured_off_the_report_gpu_is_not_projected(report):
+    fast = report.card("dit-480-linear-m3n5120k5120-d55d81")
+    measured = _timed(fast, 100)
+    measured.extra["workload"] = {"scale": 1}
+    result = CardResult(fast, "dit_small_m_batching", "batched(k=4)",
+                        diff_cards(measured, _timed(fast, 50), confirmation=_confirmed("FASTER", 2.0), adopted=True),
+                        measured)
+    assert result.win == pytest.approx(2.0)
+    text = render_end_to_end(report, [result], measured_on="cpu", report_device="H200")
+    row = next(line for line in text.splitlines() if line.startswith(f"| `{fast.id}"))
+    assert "not projected" in row
 
 
 def test_auto_matches_experiments_to_classes(report):
     configs = {p.stem: p for p in (CONF / "experiment").glob("*.yaml")}
     import yaml  # hydra's dependency
 
-    modules = {name: (yaml.safe_load(path.read_text())["experiment"]["module"]) for name, path in configs.items()}
-    experiments = candidate_experiments(CONF, modules)
+    composed = {name: yaml.safe_load(path.read_text()) for name, path in configs.items()
+                if name not in ("auto", "reprofile")}
+    experiments = candidate_experiments(composed)
     assert "reprofile" not in experiments and "auto" not in experiments
     cards = [report.card(c) for c in ("dit-480-linear-m4680n5120k144-500175", "vae-480-conv3d-16to16k111t3-9507c7",
                                       "attention-480-fa2-self-4680of29640-42c686")]

@@ -284,7 +284,7 @@ def test_a_signal_stops_cleanly_and_resume_loses_nothing(tmp_path, signum, code)
     run_dir = tmp_path / "run"
     # Trials that stay in flight for 2-3 s each (tests/app/fault_experiment.py), so the signal lands
     # during one whatever the machine's load.
-    slow = ["experiment.module=tests.app.fault_experiment", "~experiment.space",
+    slow = ["experiment.module=tests.app.fault_experiment", "experiment.name=fault_injection", "~experiment.space",
             "+experiment.space={pause: {seconds: [2.0, 2.5, 3.0]}}",
             f"search.storage={storage}"]
     proc = _start(run_dir, *slow)

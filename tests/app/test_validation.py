@@ -50,8 +50,8 @@ def test_every_shipped_experiment_config_is_valid(experiment):
         (["search.heartbeat_interval_s=0"], "search.heartbeat_interval_s=0"),
         (["search.heartbeat_interval_s=60", "search.grace_period_s=30"], "search.grace_period_s=30: must be at least"),
         (["search.max_retry=-1"], "search.max_retry=-1"),
-        (["experiment.tolerance.max_rel=-1"], "experiment.tolerance.max_rel=-1: must be a number >= 0"),
-        (["experiment.tolerance.max_rel=tight"], "experiment.tolerance.max_rel='tight'"),
+        (["experiment.correctness.same_factor=-1"], "experiment.correctness.same_factor=-1: must be a number > 0"),
+        (["experiment.correctness.lowered_factor=tight"], "experiment.correctness.lowered_factor='tight'"),
         (["workload.scale=0"], "workload.scale=0: must be a number in (0, 1] or null"),
         (["workload.scale=2"], "workload.scale=2: must be a number in (0, 1]"),
         (["workload.cpu_scale=1.5"], "workload.cpu_scale=1.5: must be a number in (0, 1]"),
@@ -60,8 +60,8 @@ def test_every_shipped_experiment_config_is_valid(experiment):
         (["timing.min_repeats=0"], "timing.min_repeats=0: must be an integer >= 1"),
         (["timing.budget_s=0"], "timing.budget_s=0: must be a number > 0"),
         (["timing.budget_s=fast"], "timing.budget_s='fast': must be a number > 0"),
-        (["timing.threshold=1"], "timing.threshold=1: must be a number in [0, 1)"),
-        (["timing.threshold=-0.1"], "timing.threshold=-0.1: must be a number in [0, 1)"),
+        (["timing.same_band.cpu=1"], "timing.same_band.cpu=1: must be a number in (0, 1)"),
+        (["timing.same_band.cuda=-0.1"], "timing.same_band.cuda=-0.1: must be a number in (0, 1)"),
         (["timing.confirm_rounds=-1"], "timing.confirm_rounds=-1"),
         (["+search.n_trails=4"], "unknown key search.n_trails"),
         (["+timing.budget=1"], "unknown key timing.budget "),
@@ -141,9 +141,10 @@ def _assert_one_error_line(proc: subprocess.CompletedProcess, message: str) -> N
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["search.n_trials=abc", "timing.threshold=2"], "search.n_trials='abc': must be an integer >= 1; "
-                                                        "timing.threshold=2"),
-        (["search.n_trails=4"], "Could not override 'search.n_trails'"),  # Hydra's own check, on one line
+        (["search.n_trials=abc", "timing.same_band.cpu=2"], "search.n_trials='abc': must be an integer >= 1; "
+                                                            "timing.same_band.cpu=2"),
+        # Hydra's own check, on one line, with the key most likely meant
+        (["search.n_trails=4"], "unknown key search.n_trails (did you mean search.n_trials?"),
         (["search.storage=postgresql+psycopg2://u:pw@127.0.0.1:1/db"], "search.storage='postgresql+psycopg2://u:***@"),
     ],
 )

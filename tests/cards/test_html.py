@@ -104,16 +104,16 @@ def test_run_page_has_a_section_per_card_with_plots_and_facts(run_dir: Path, run
 
 
 @pytest.mark.slow
-def test_card_without_best_and_without_storage_keeps_its_baseline(run_dir: Path, tmp_path: Path) -> None:
+def test_card_without_variant_and_without_storage_keeps_its_baseline(run_dir: Path, tmp_path: Path) -> None:
     copy_dir = tmp_path / "run"
     shutil.copytree(run_dir, copy_dir)
-    save_report(Report(cards=[]), copy_dir / "best.json")
+    save_report(Report(cards=[]), copy_dir / "tried.json")
     (copy_dir / "diff.json").write_text(json.dumps({"cards": [], "only_before": [CARD], "only_after": []}))
     (copy_dir / "optuna.db").unlink()
     (copy_dir / "run.json").unlink()
     page = render_run_html(copy_dir)
     assert page.count('<section class="card"') == 1
-    assert "No best for this card" in page and "baseline only" in page
+    assert "No variant for this card" in page and "baseline only" in page
     assert "no Optuna storage" in page
     assert page.count("<svg") >= 2  # the baseline's kernels and roofline still show
 

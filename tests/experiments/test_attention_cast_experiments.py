@@ -9,8 +9,8 @@ import pytest
 import torch
 import yaml
 
+from harness.correctness import Rule, Standard, check_output, judge_baseline
 from harness.experiment import VariantSkipped, load_experiment
-from harness.measure import check_output
 from harness.workloads import CastConfig, build_workload
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "experiment"
@@ -25,8 +25,18 @@ def _conf(name: str) -> dict:
     return yaml.safe_load((CONF / f"{name}.yaml").read_text(encoding="utf-8"))["experiment"]
 
 
-ATTENTION_TOL = _conf("attention_backends")["tolerance"]["max_rel"]
-CAST_TOL = _conf("output_cast")["tolerance"]["max_rel"]
+def _standard(experiment, w) -> tuple[Standard, torch.Tensor]:
+    """What a run holds this workload's variants to: the config's factors, the baseline's own error."""
+    ref = w.reference()
+    rule = Rule.from_config(_conf(experiment.name)["correctness"])
+    baseline = experiment.prepare(experiment.baseline_name, w, {}).fn()
+    return judge_baseline(baseline, ref, rule, w.reduction_length)[0], ref
+
+
+def _judge(experiment, w, out):
+    standard, ref = _standard(experiment, w)
+    return standard.judge(out, ref)
+
 
 # A cache of 96 slots with the first 40 filled; the rest holds random values, as a reused cache would.
 ATTENTION_PARAMS = {"role": "self", "valid_keys": 40, "allocated_keys": 96, "queries": 24, "heads": 2,
@@ -53,8 +63,7 @@ def _run(experiment, variant, workload, params):
 # attention_backends
 
 
-def test_attention_experiment_declares_exact_bf16_reference():
-    assert ATTENTION.reference == "exact"
+def test_attention_experiment_is_bf16():
     assert ATTENTION.workload_dtype == "bfloat16"
     assert ATTENTION.check == "effective_flops"
 
@@ -62,12 +71,11 @@ def test_attention_experiment_declares_exact_bf16_reference():
 @pytest.mark.parametrize("keys", ["valid_prefix", "masked_allocation"])
 @pytest.mark.parametrize("backend", ["flash", "math"])
 def test_cpu_sdpa_variants_match_the_exact_valid_keys_reference(backend, keys):
-    w = _attention()
-    ref = w.reference()  # float64 softmax over the 40 valid keys only
+    w = _attention()  # its reference: float64 softmax over the 40 valid keys only
     prepared = ATTENTION.prepare("sdpa", w, {"backend": backend, "keys": keys})
     out = prepared.fn()
     assert out.dtype == torch.bfloat16 and tuple(out.shape) == (1, 2, 24, 32)
-    result = check_output(out, ref, ATTENTION_TOL)
+    result = _judge(ATTENTION, w, out)
     assert result.feasible, result
     assert prepared.facts["backend"] == f"sdpa:{backend}" and prepared.facts["keys"] == keys
 
@@ -75,7 +83,7 @@ def test_cpu_sdpa_variants_match_the_exact_valid_keys_reference(backend, keys):
 def test_baseline_matches_the_exact_reference():
     w = _attention()
     out = ATTENTION.prepare(ATTENTION.baseline_name, w, {}).fn()
-    assert check_output(out, w.reference(), ATTENTION_TOL).feasible
+    assert _judge(ATTENTION, w, out).feasible
 
 
 @pytest.mark.parametrize("backend", ["flash", "math"])
@@ -87,12 +95,12 @@ def test_masked_allocation_equals_valid_prefix(backend):
 
 
 def test_attending_to_the_unfilled_slots_is_caught():
-    """The tolerance separates bf16 rounding from a wrong key range (the unfilled slots hold data)."""
+    """The bound separates bf16 rounding from a wrong key range (the unfilled slots hold data)."""
     w = _attention()
     q, k, v = w.inputs["q"], w.inputs["k"], w.inputs["v"]
     wrong = torch.nn.functional.scaled_dot_product_attention(q, k, v)  # all 96 slots, no mask
-    result = check_output(wrong, w.reference(), ATTENTION_TOL)
-    assert not result.feasible and result.max_rel > 5 * ATTENTION_TOL
+    result = _judge(ATTENTION, w, wrong)
+    assert not result.feasible and result.max_rel > 5 * result.bound
 
 
 def test_executed_flops_count_the_scored_keys():
@@ -137,7 +145,7 @@ def test_gpu_sdpa_backends_match_or_skip_with_reason(backend, keys):
     except VariantSkipped as exc:
         assert str(exc).strip()
         pytest.skip(str(exc))
-    assert check_output(prepared.fn(), w.reference(), ATTENTION_TOL).feasible
+    assert _judge(ATTENTION, w, prepared.fn()).feasible
 
 
 @pytest.mark.gpu
@@ -148,7 +156,7 @@ def test_gpu_flash_attn_matches_the_exact_reference(version, keys):
     prepared = _run(ATTENTION, "flash_attn", w, {"version": version, "keys": keys})
     out = prepared.fn()
     assert tuple(out.shape) == tuple(w.output_shape)
-    assert check_output(out, w.reference(), ATTENTION_TOL).feasible
+    assert _judge(ATTENTION, w, out).feasible
     assert prepared.executed_flops == w.flops
 
 
@@ -169,8 +177,8 @@ def test_torch_cast_variants_reproduce_the_baseline_exactly(memory_format, out):
     prepared = CAST.prepare("torch_cast", w, {"memory_format": memory_format, "out": out})
     got = prepared.fn()
     assert got.dtype == torch.uint8
-    assert check_output(got, baseline, CAST_TOL).feasible
-    assert check_output(got, w.reference(), CAST_TOL).feasible  # truncation, as the exact reference
+    assert check_output(got, baseline, 0.0).feasible
+    assert _judge(CAST, w, got).feasible  # truncation, as the exact reference
     again = prepared.fn()  # a reused output buffer is overwritten with the same values
     assert torch.equal(again, baseline)
 
@@ -179,8 +187,8 @@ def test_rounding_instead_of_truncating_is_caught():
     w = _cast()
     baseline = CAST.prepare(CAST.baseline_name, w, {}).fn()
     rounded = w.inputs["frames"].round().clamp(0, 255).to(torch.uint8)  # round-to-nearest: wrong semantics
-    result = check_output(rounded, baseline, CAST_TOL)
-    assert not result.feasible
+    result = _judge(CAST, w, rounded)
+    assert not result.feasible and result.bound == 0.0  # an exact baseline, an integer output: no floor
     assert result.max_abs == 1.0  # one LSB on about half the elements
     assert result.max_rel == pytest.approx(1 / float(baseline.max()))
 
@@ -189,7 +197,7 @@ def test_eager_fused_producer_reproduces_the_baseline():
     w = _cast()
     baseline = CAST.prepare(CAST.baseline_name, w, {}).fn()
     prepared = CAST.prepare("fused_producer", w, {"mode": "eager"})
-    assert check_output(prepared.fn(), baseline, CAST_TOL).feasible
+    assert check_output(prepared.fn(), baseline, 0.0).feasible
     assert prepared.facts["passes_over_frames"] == 4
 
 
@@ -211,7 +219,7 @@ def test_compiled_fused_producer_reproduces_the_baseline():
     w = _cast()
     baseline = CAST.prepare(CAST.baseline_name, w, {}).fn()
     prepared = _run(CAST, "fused_producer", w, {"mode": "compiled"})  # skips where torch.compile cannot run
-    assert check_output(prepared.fn(), baseline, CAST_TOL).feasible
+    assert check_output(prepared.fn(), baseline, 0.0).feasible
     assert prepared.facts["passes_over_frames"] == 1
 
 
@@ -235,7 +243,7 @@ def test_gpu_vectorized_kernel_reproduces_the_baseline(block_size, vector_width)
     w = _cast("cuda", frames=9)
     baseline = CAST.prepare(CAST.baseline_name, w, {}).fn()
     prepared = _run(CAST, "vectorized_kernel", w, {"block_size": block_size, "vector_width": vector_width})
-    assert check_output(prepared.fn(), baseline, CAST_TOL).feasible
+    assert check_output(prepared.fn(), baseline, 0.0).feasible
 
 
 @pytest.mark.gpu
@@ -254,7 +262,7 @@ def test_gpu_fused_producer_reproduces_the_baseline(mode):
     w = _cast("cuda", frames=9)
     baseline = CAST.prepare(CAST.baseline_name, w, {}).fn()
     prepared = _run(CAST, "fused_producer", w, {"mode": mode})
-    assert check_output(prepared.fn(), baseline, CAST_TOL).feasible
+    assert check_output(prepared.fn(), baseline, 0.0).feasible
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,6 +281,7 @@ def test_config_names_registered_variants_and_applicable_cards(name, experiment,
         assert experiment.applies_to(seed_report.card(card_id).op_kind)
 
 
-def test_tolerances():
-    assert CAST_TOL == 0.0  # uint8 is exact: one LSB is a different rounding, not noise
-    assert 2.5e-3 < ATTENTION_TOL <= 2e-2  # above bf16 output rounding (2^-9), far below a wrong key range
+def test_bounds():
+    cast, attention = _standard(CAST, _cast())[0], _standard(ATTENTION, _attention())[0]
+    assert cast.bound().value == 0.0  # uint8 is exact: one LSB is a different rounding, not noise
+    assert 2.5e-3 < attention.bound().value <= 2e-2  # above bf16 output rounding, far below a wrong key range

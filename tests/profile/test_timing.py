@@ -1,4 +1,4 @@
-"""timing.py: sample statistics, the time budget, and the noise rule of compare()."""
+"""timing.py: sample statistics, warm-up until stable, the time budget, and the noise rule of compare()."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from harness.profile.timing import TimingResult, compare, compare_detail, time_cpu
+from harness.profile.timing import TimingResult, compare, compare_detail, time_cpu, warm_up
 
 
 class FakeClock:
@@ -114,6 +114,107 @@ def test_time_cpu_argument_checks():
         time_cpu(lambda: None, min_repeats=0)
     with pytest.raises(ValueError):
         time_cpu(lambda: None, min_repeats=5, max_repeats=4)
+    with pytest.raises(ValueError):
+        time_cpu(lambda: None, warmup=-1)
+
+
+# --- warm-up until stable ---------------------------------------------------------------------
+
+SLOW_NS, FAST_NS = 8_000_000, 50_000  # a cold call 160x its steady time, as measured on a cold linear
+
+
+def test_warm_up_stops_once_the_slow_calls_are_behind():
+    clock = FakeClock([SLOW_NS] * 4 + [FAST_NS] * 500)
+    w = warm_up(clock.fn, clock=clock)
+    # windows of 3: call 9 is the first whose earlier window (calls 4-6) holds a single slow call,
+    # so both window medians are the fast time
+    assert w.calls == 9 and w.stable
+    assert w.samples_us == (8000.0,) * 4 + (50.0,) * 5
+    assert w.seconds == pytest.approx((4 * SLOW_NS + 5 * FAST_NS) / 1e9)
+    assert w.to_dict()["samples_us"] == list(w.samples_us)
+
+
+def test_warm_up_ignores_one_slow_call():
+    """A lone slow call (a page fault, a context switch) in a window does not move its median."""
+    clock = FakeClock([FAST_NS] * 4 + [SLOW_NS] + [FAST_NS] * 500)
+    w = warm_up(clock.fn, clock=clock)
+    assert w.calls == 6 and w.stable
+
+
+@pytest.mark.parametrize("later_ns, calls", [(109_000, 6), (111_000, 8)])
+def test_warm_up_tolerance_is_relative_to_the_earlier_window(later_ns, calls):
+    # window medians 100 then 109 us: within 10%, stable at once; 100 then 111: not, until both
+    # windows hold mostly 111 us calls (call 8)
+    clock = FakeClock([100_000] * 3 + [later_ns] * 50)
+    assert warm_up(clock.fn, clock=clock).calls == calls
+
+
+def test_warm_up_never_stable_stops_at_max_calls():
+    clock = FakeClock([1_000 * 2**k for k in range(40)])  # each call twice the last
+    w = warm_up(clock.fn, clock=clock, max_calls=20, max_s=1e9)
+    assert (w.calls, w.stable, clock.calls) == (20, False, 20)
+
+
+def test_warm_up_never_stable_stops_at_max_s():
+    clock = FakeClock([1_000_000 * (k + 1) for k in range(100)])  # 1, 2, 3, ... ms
+    w = warm_up(clock.fn, clock=clock, max_s=0.010)
+    assert (w.calls, w.stable) == (4, False)  # 1 + 2 + 3 + 4 ms reach the 10 ms limit
+    assert w.seconds == pytest.approx(0.010)
+
+
+def test_warm_up_makes_min_calls_even_when_stable_sooner():
+    clock = FakeClock([FAST_NS])
+    assert warm_up(clock.fn, clock=clock, min_calls=10).calls == 10
+
+
+def test_warm_up_times_sync_but_not_prepare():
+    """`prepare` (an L2 flush) runs before the clock starts; `sync` brackets the call inside it."""
+    clock = FakeClock([FAST_NS])
+    events: list[str] = []
+
+    def prepare() -> None:
+        events.append("prepare")
+        clock.now += SLOW_NS  # a costly flush that must not count
+
+    def sync() -> None:
+        events.append("sync")
+        clock.now += 1_000  # the wait for queued work
+
+    def fn() -> None:
+        events.append("fn")
+        clock.fn()
+
+    w = warm_up(fn, clock=clock, sync=sync, prepare=prepare, max_calls=6)
+    assert events[:4] == ["prepare", "sync", "fn", "sync"]
+    # sync before the call runs before t0, so each sample is the call plus the sync after it
+    assert w.samples_us == ((FAST_NS + 1_000) / 1000,) * 6
+
+
+def test_warm_up_argument_checks():
+    for bad in ({"window": 0}, {"max_calls": 0}, {"min_calls": -1}, {"rel_tol": -0.1}, {"max_s": -1.0}):
+        with pytest.raises(ValueError):
+            warm_up(lambda: None, **bad)
+
+
+def test_time_cpu_warms_up_until_stable_by_default():
+    clock = FakeClock([SLOW_NS] * 4 + [FAST_NS] * 500)
+    r = time_cpu(clock.fn, min_repeats=5, max_repeats=5, budget_s=0.0, clock=clock)
+    assert r.warmup == 9 and r.warmup_stable is True
+    assert r.samples_us == [50.0] * 5  # no slow call among the samples
+    assert clock.calls == 9 + 5
+
+
+def test_time_cpu_fixed_warmup_records_no_stability():
+    clock = FakeClock([SLOW_NS] * 4 + [FAST_NS] * 500)
+    r = time_cpu(clock.fn, warmup=2, min_repeats=5, max_repeats=5, budget_s=0.0, clock=clock)
+    assert r.warmup == 2 and r.warmup_stable is None
+    assert r.samples_us == [8000.0, 8000.0, 50.0, 50.0, 50.0]  # a fixed count leaves slow calls in
+
+
+def test_from_dict_reads_a_result_written_before_warmup_stable():
+    old = TimingResult.from_samples([1.0, 2.0], warmup=2, method="test").to_dict()
+    del old["warmup_stable"]
+    assert TimingResult.from_dict(old).warmup_stable is None
 
 
 # --- compare ----------------------------------------------------------------------------------

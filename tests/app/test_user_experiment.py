@@ -1,0 +1,94 @@
+"""A user's own experiment (tests/app/user_experiment: a module on PYTHONPATH, a config on hydra.searchpath)
+with planted outcomes: the verdicts, the adoption and the intervals must come out as planted."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cards.model import load_report
+
+USER = Path(__file__).resolve().parent / "user_experiment"
+CARD = "dit-480-linear-m1170n5120k13824-ffde6a"
+# K stays 13824 (never scaled); M and N shrink to 64 x 256: about 0.45 GFLOP a linear.
+SETTINGS = ["workload.cpu_scale=0.05", "timing.budget_s=0.2", "timing.drift_budget_s=0.02",
+            "timing.confirm_rounds=8", "timing.cpu_threads=1"]
+
+
+def _run(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(USER), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(
+        [sys.executable, "-m", "harness", f"hydra.searchpath=[file://{USER / 'my_conf'}]", "experiment=planted",
+         f"hydra.run.dir={run_dir}", *SETTINGS, *overrides],
+        capture_output=True, text=True, timeout=900, env=env,
+    )
+
+
+def _only(space: str) -> list[str]:
+    return ["~experiment.space", f"+experiment.space={space}"]
+
+
+def _row(run_dir: Path) -> dict:
+    rows = json.loads((run_dir / "diff.json").read_text())["cards"]
+    assert len(rows) == 1
+    return rows[0]
+
+
+@pytest.mark.slow
+def test_twice_as_fast_is_adopted_and_the_dropped_bias_never_wins(tmp_path):
+    proc = _run(tmp_path, *_only("{once: {}, no_bias: {}}"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = _row(tmp_path)
+    # no_bias does the same work as once (one linear) but drops the bias: infeasible, so `once` is best.
+    assert row["variant"] == {"experiment": "planted", "name": "once", "params": {}, "label": "once"}
+    assert row["timing_verdict"] == "FASTER" and row["adopted"] is True
+    lo, hi = row["speedup_ci"]
+    assert lo <= row["speedup"] <= hi and 1.05 < lo and hi < 3.0  # planted: 2x less work
+    best = load_report(tmp_path / "best.json").cards[0]
+    assert best.extra["harness"]["variant"] == "once"
+    summary = (tmp_path / "summary.md").read_text()
+    assert "no_bias: infeasible" in summary and "adopted: once" in summary
+
+
+@pytest.mark.slow
+def test_an_identical_variant_is_never_faster_or_slower_and_is_not_adopted(tmp_path):
+    proc = _run(tmp_path, *_only("{identical: {}}"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = _row(tmp_path)
+    assert row["timing_verdict"] in ("SAME", "INCONCLUSIVE") and row["adopted"] is False
+    lo, hi = row["speedup_ci"]
+    assert lo <= 1.0 <= hi or row["timing_verdict"] == "SAME"
+    kept = load_report(tmp_path / "best.json").cards[0]
+    assert kept.extra["harness"]["role"] == "baseline"  # the card keeps its baseline
+
+
+@pytest.mark.slow
+def test_a_slower_variant_is_tried_shown_and_not_adopted(tmp_path):
+    proc = _run(tmp_path, *_only("{thrice: {}}"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = _row(tmp_path)
+    assert row["timing_verdict"] == "SLOWER" and row["adopted"] is False
+    lo, hi = row["speedup_ci"]
+    assert 0.4 < lo and hi < 1 / 1.05  # planted: 1.5x the work, 0.67x
+    assert load_report(tmp_path / "best.json").cards[0].extra["harness"]["role"] == "baseline"
+    assert load_report(tmp_path / "tried.json").cards[0].extra["harness"]["variant"] == "thrice"
+    assert "baseline kept: best tried thrice" in (tmp_path / "summary.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (_only("{once: {tile: [1, 2]}}"), "experiment.space.once.tile: planted's variant once takes no parameter"),
+        (["experiment.name=other"], "experiment.name='other' but my_experiments.planted defines"),
+        (["experiment=nope"], "unknown experiment 'nope'"),
+    ],
+)
+def test_user_experiment_config_errors_exit_2_before_measuring(tmp_path, overrides, message):
+    run_dir = tmp_path / "run"
+    proc = _run(run_dir, *overrides)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-1500:])
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not (run_dir / "trials").exists()
