@@ -19,6 +19,7 @@ import torch
 from harness.cards.model import Card
 from harness.cards.rules import RuleSet, classify_card
 from harness.correctness import Correctness, check_output  # noqa: F401 - where callers found them before
+from harness import torch_state
 from harness.experiment import Prepared
 from harness.profile.base import Profile, Profiler
 from harness.profile.timing import TimingResult, time_cpu, warm_up
@@ -206,6 +207,8 @@ def _card(
             "profiler_settings": profile.settings if profile else None,
             "profiler_notes": profile.notes if profile else [],
             "variant": variant_facts(prepared, workload, timing),
+            # The process-global settings it ran under (pinned per request, plus what the variant set).
+            "torch_state": torch_state.snapshot(),
         }
     )
     card.keys = ()

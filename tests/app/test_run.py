@@ -8,6 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from harness import torch_state
 from harness.cards.model import load_report
 
 TINY = ["workload.cpu_scale=0.08", "timing.budget_s=0.05", "timing.drift_budget_s=0.02", "timing.confirm_rounds=1"]
@@ -34,6 +35,7 @@ def test_channels_last_end_to_end(tmp_path):
     assert card.extra["correctness"]["feasible"] and card.extra["correctness"]["max_rel"] < 1e-4
     assert card.extra["memory"]["peak_bytes"] >= 0
     assert card.extra["metrics_source"] == "cpu_roofline_estimate"
+    assert card.extra["torch_state"] == {**card.extra["torch_state"], **torch_state.PINNED}  # as pinned
     assert card.kernels and card.primary is not None
     diff = json.loads((tmp_path / "diff.json").read_text())["cards"][0]
     assert diff["speedup"] > 0 and diff["verdict"] in {"yes", "no", "not measurable"}
