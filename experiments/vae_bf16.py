@@ -26,7 +26,9 @@ EXPERIMENT = Experiment(
 )
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
-_FORMATS = {"contiguous": torch.contiguous_format, "channels_last_3d": torch.channels_last_3d}
+# "as_given": the layout the inputs come in (contiguous, or channels_last_3d adopted in an earlier round).
+_FORMATS = {"contiguous": torch.contiguous_format, "channels_last_3d": torch.channels_last_3d,
+            "as_given": torch.preserve_format}
 
 
 def _cpu_has_bf16_math() -> bool:
@@ -43,13 +45,17 @@ def _conv(w: Workload, dtype: torch.dtype, memory_format: torch.memory_format) -
         # nothing about bf16 on a GPU and would take minutes per trial.
         raise VariantSkipped("this CPU has no bf16 math (no AVX512-BF16 or AMX): bf16 conv3d is emulated "
                              "at a fraction of fp32 speed; run it on CUDA or a CPU with AMX")
-    x = w.inputs["input"].to(dtype).contiguous(memory_format=memory_format)
-    weight = w.inputs["weight"].to(dtype).contiguous(memory_format=memory_format)
+    x, weight = (_in_format(w.inputs[name], dtype, memory_format) for name in ("input", "weight"))
     bias = w.inputs.get("bias")
     bias = bias.to(dtype) if bias is not None else None
     s = w.shape
     stride, padding, dilation, groups = s["stride"], s["padding"], s["dilation"], s["groups"]
     return lambda: F.conv3d(x, weight, bias, stride, padding, dilation, groups)
+
+
+def _in_format(tensor: torch.Tensor, dtype: torch.dtype, memory_format: torch.memory_format) -> torch.Tensor:
+    converted = tensor.to(dtype)  # keeps the layout it came in
+    return converted if memory_format == torch.preserve_format else converted.contiguous(memory_format=memory_format)
 
 
 @EXPERIMENT.baseline
@@ -59,6 +65,13 @@ def fp32(w: Workload) -> Callable[[], torch.Tensor]:
 
 
 @EXPERIMENT.variant
-def low_precision(w: Workload, dtype: str = "bfloat16", memory_format: str = "contiguous") -> Prepared:
-    """bf16 or fp16 inputs, weight and bias, in either memory format: held to that dtype's rounding."""
-    return Prepared(_conv(w, _DTYPES[dtype], _FORMATS[memory_format]), precision=dtype)
+def low_precision(w: Workload, dtype: str = "bfloat16", memory_format: str = "as_given") -> Prepared:
+    """bf16 or fp16 inputs, weight and bias, in a memory format: held to that dtype's rounding."""
+    layout = {} if memory_format == "as_given" else {"memory_format": memory_format}
+    carries = {name: {"dtype": dtype, **(layout if name != "bias" else {})} for name in ("input", "weight", "bias")}
+    recipe = (f"vae.decoder.to(torch.{dtype})  # weights and biases\n"
+              f"x = x.to(torch.{dtype})  # the decoder's input; its output is {dtype} too")
+    if layout:
+        recipe += f"\nkeep input and weights {memory_format}: .contiguous(memory_format=torch.{memory_format})"
+    return Prepared(_conv(w, _DTYPES[dtype], _FORMATS[memory_format]), precision=dtype, carries=carries,
+                    recipe=recipe)

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.cards.fields import L2_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL, UNRESOLVED, COMPUTE_BOUND
-from harness.experiment import Experiment
+from harness.experiment import Experiment, Prepared
 from harness.workloads.base import Workload
 
 EXPERIMENT = Experiment(
@@ -46,19 +46,34 @@ def ncdhw(w: Workload) -> Callable[[], torch.Tensor]:
     return _conv(w, *_formats(w, "contiguous", "contiguous"))
 
 
+_TO_MODEL = {
+    "input": "x = x.contiguous(memory_format=torch.channels_last_3d)  # the decoder's input, once",
+    "weight": "vae.decoder.to(memory_format=torch.channels_last_3d)  # every Conv3d weight, once at load",
+}
+
+
+def _kept(w: Workload, input_format: str, weight_format: str) -> Prepared:
+    """The conv on these formats; what it carries to a later round, and the lines that get it in the model."""
+    formats = {"input": input_format, "weight": weight_format}
+    changed = [name for name, fmt in formats.items() if fmt == "channels_last_3d"]
+    return Prepared(_conv(w, *_formats(w, input_format, weight_format)),
+                    carries={name: {"memory_format": "channels_last_3d"} for name in changed},
+                    recipe="\n".join(_TO_MODEL[name] for name in changed))
+
+
 @EXPERIMENT.variant
-def channels_last_3d(w: Workload) -> Callable[[], torch.Tensor]:
+def channels_last_3d(w: Workload) -> Prepared:
     """Input and weight channels_last_3d; the output stays channels_last_3d (no conversion back)."""
-    return _conv(w, *_formats(w, "channels_last_3d", "channels_last_3d"))
+    return _kept(w, "channels_last_3d", "channels_last_3d")
 
 
 @EXPERIMENT.variant
-def channels_last_input(w: Workload) -> Callable[[], torch.Tensor]:
+def channels_last_input(w: Workload) -> Prepared:
     """Only the activation channels_last_3d: shows whether the weight's conversion matters."""
-    return _conv(w, *_formats(w, "channels_last_3d", "contiguous"))
+    return _kept(w, "channels_last_3d", "contiguous")
 
 
 @EXPERIMENT.variant
-def channels_last_weight(w: Workload) -> Callable[[], torch.Tensor]:
+def channels_last_weight(w: Workload) -> Prepared:
     """Only the weight channels_last_3d: the activation stays NCDHW as after a cat or repeat."""
-    return _conv(w, *_formats(w, "contiguous", "channels_last_3d"))
+    return _kept(w, "contiguous", "channels_last_3d")

@@ -21,7 +21,8 @@ from typing import Any, Callable
 import torch
 
 from harness.correctness import CorrectnessError, unit_roundoff
-from harness.workloads.base import Workload
+from harness.rounds import RoundError, check_carries
+from harness.workloads.base import Workload, WorkloadError
 
 
 
@@ -39,6 +40,11 @@ class Prepared:
     # dtype's rounding instead of the baseline's error. None: the baseline's precision (or higher).
     precision: str | None = None
     facts: dict[str, Any] = field(default_factory=dict)  # configuration and evidence shown on the card
+    # What it leaves for a later round's variants to build on: {input name: {memory_format | dtype: ...}}
+    # (harness.rounds). A kernel or tile choice carries nothing: the next round re-runs the variant itself.
+    carries: dict[str, dict[str, str]] = field(default_factory=dict)
+    # What to change in the model to get this variant (recipe.md), when the docstring does not say it.
+    recipe: str | None = None
 
     def __post_init__(self) -> None:
         if self.calls < 1:
@@ -50,6 +56,10 @@ class Prepared:
                 raise ExperimentError(f"Prepared.precision={self.precision!r}: {exc}") from None
             if not floating:
                 raise ExperimentError(f"Prepared.precision={self.precision!r}: name a floating-point dtype")
+        try:
+            check_carries(self.carries)
+        except (RoundError, WorkloadError) as exc:
+            raise ExperimentError(f"Prepared.{exc}") from None
 
 
 VariantFn = Callable[..., "Callable[[], torch.Tensor] | Prepared"]
@@ -107,8 +117,12 @@ class Experiment:
             raise ExperimentError(
                 f"{self.name}: unknown variant {variant!r}; registered: {', '.join(self.variants)}"
             )
-        made = self.variants[variant](workload, **params)
-        return made if isinstance(made, Prepared) else Prepared(made)
+        fn = self.variants[variant]
+        made = fn(workload, **params)
+        prepared = made if isinstance(made, Prepared) else Prepared(made)
+        if prepared.recipe is None:  # the variant's docstring says what it changes
+            prepared.recipe = inspect.getdoc(fn)
+        return prepared
 
     def applies_to(self, op_kind: str) -> bool:
         return op_kind in self.op_kinds

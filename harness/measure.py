@@ -81,6 +81,10 @@ def variant_facts(prepared: Prepared, workload: Workload, timing: TimingResult |
         if workload.flops:
             out["achieved_tflops"] = workload.flops / per_call / 1e6
     out.update(prepared.facts)
+    if prepared.carries:
+        out["carries"] = prepared.carries
+    if prepared.recipe:
+        out["recipe"] = prepared.recipe
     return out
 
 

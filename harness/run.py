@@ -43,6 +43,8 @@ from harness.measure import TimingSettings
 from harness.overview import CardResult, render_end_to_end
 from harness.profile.base import Profiler, ProfilerUnavailable
 from harness.provenance import claim_run_dir
+from harness.recipe import render_recipe
+from harness.rounds import APPLIED_KEY, RoundError, applied_entry, applied_of, label_text
 from harness.search import (
     best_feasible,
     budget_trials,
@@ -208,15 +210,23 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
         if frames is not None:
             cast_cfg["frames"] = frames
     trials_dir = ctx.run_dir / "trials" / card.id
+    try:
+        applied = applied_of(card.extra)  # variants earlier rounds adopted: the baseline builds on them
+    except RoundError as exc:
+        raise RunError(f"card {card.id}: {exc}") from None
     label = {"experiment": experiment.name, "variant": experiment.baseline_name, "params": {},
              "role": "baseline", "report": report_path or "(shipped)", "run": str(ctx.run_dir.resolve()),
              "hypothesis": experiment.hypothesis, "check": experiment.check}
+    if applied:  # round 2 and later: the baseline is the last variant adopted, as it was adopted
+        last = applied[-1]
+        label.update(experiment=last["experiment"], variant=last["variant"], params=dict(last.get("params") or {}),
+                     builds_on=[label_text(a) for a in applied])
     correctness = dict(cfg["experiment"]["correctness"])  # harness.correctness.Rule: judged in the worker
     spec = {
         "report": report_path, "card_id": card.id, "experiment_module": cfg["experiment"]["module"],
         "device": ctx.device, "scale": scale, "seed": int(workload_cfg.get("seed", 0)),
         "inputs_dir": (cfg.get("inputs") or {}).get("dir"), "attention": dict(workload_cfg.get("attention") or {}),
-        "cast": cast_cfg, "warmup": ctx.settings.warmup,
+        "cast": cast_cfg, "warmup": ctx.settings.warmup, "applied": applied,
     }
     profiler_cfg = dict(cfg.get("profiler") or {})
     if experiment.metric_set:
@@ -259,8 +269,9 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     if not reply.ok:
         if reply.kind == "setup":
             raise RunError(f"card {card.id}: cannot build its workload ({reply.reason})")
-        raise RunError(f"card {card.id}: the baseline {experiment.baseline_name} failed: {reply.reason}")
+        raise RunError(f"card {card.id}: the baseline {label['variant']} failed: {reply.reason}")
     base_card = load_report(reply.result["card_path"]).cards[0]
+    base_card.extra[APPLIED_KEY] = applied  # kept as it is when this run adopts nothing
     drift: list[dict[str, Any]] = base_card.extra.setdefault("baseline_drift", [])
 
     space = dict(cfg["experiment"].get("space") or {})
@@ -277,7 +288,8 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     def objective(trial: optuna.Trial) -> float:
         variant, params = suggest(trial, space)
         trial.set_user_attr("variant", variant)
-        trial_label = {**label, "variant": variant, "params": params, "role": "trial", "trial": trial.number}
+        trial_label = {**label, "experiment": experiment.name, "variant": variant, "params": params, "role": "trial",
+                       "trial": trial.number}
         path = trials_dir / f"trial_{trial.number:04d}_{variant}.json"
         try:
             reply = account(session.measure(role="trial", variant=variant,
@@ -353,6 +365,12 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
         reply, outcome.confirmation = confirm(ctx, session, base_card, outcome.tried, outcome.tried_variant,
                                               outcome.tried_params)
         account(reply)
+        if outcome.adopted:  # what the next round's baseline is built from (harness.rounds)
+            built_in = applied[0].get("workload_dtype") if applied else experiment.workload_dtype
+            outcome.tried.extra[APPLIED_KEY] = [*applied, applied_entry(
+                experiment=experiment.name, module=cfg["experiment"]["module"], variant=outcome.tried_variant,
+                params=outcome.tried_params, facts=outcome.tried.extra.get("variant") or {},
+                workload_dtype=built_in, confirmation=outcome.confirmation, run=label["run"])]
         save_report(Report(cards=[base_card]), trials_dir / "baseline.json")
         save_report(Report(cards=[outcome.tried]), trials_dir / "tried.json")
         save_report(Report(cards=[outcome.kept]), trials_dir / "best.json")
@@ -448,6 +466,7 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
     save_report(_report([o.kept for o in outcomes], ctx.rules, scope), ctx.run_dir / "best.json")
     save_report(_report([o.tried for o in outcomes if o.tried is not None], ctx.rules, scope),
                 ctx.run_dir / "tried.json")
+    write_text_atomic(ctx.run_dir / "recipe.md", render_recipe([o.kept for o in outcomes], ctx.run_dir))
     band = same_band(ctx)
     if _baseline_only(ctx.experiment):
         # Nothing to search: the experiment's check is judged on the report's card vs its re-profile.

@@ -447,9 +447,7 @@ class _Server:
         """The request's card, built (workload, prepared baseline) unless it is the one kept."""
         from harness.cards.model import parse_report
         from harness.experiment import load_experiment
-        from harness.workloads.attention import AttentionConfig
-        from harness.workloads.cast import CastConfig
-        from harness.workloads.registry import build_workload
+        from harness.trial_spec import build_trial_workload, prepare_baseline
 
         spec = request["spec"]
         key = _json_key({"spec": spec, "card": request["card"], "reference": request.get("reference_path")})
@@ -459,15 +457,10 @@ class _Server:
         t0 = time.perf_counter()
         card = parse_report({"cards": [request["card"]]}, "worker request").cards[0]
         experiment = load_experiment(spec["experiment_module"])
-        workload = build_workload(
-            card.op_kind, card.shape_parameters, device=spec["device"], dtype=experiment.workload_dtype,
-            scale=spec["scale"], seed=spec["seed"], inputs_dir=spec.get("inputs_dir"),
-            input_sha256=card.input_sha256, attention=AttentionConfig(**dict(spec.get("attention") or {})),
-            cast=CastConfig(**dict(spec.get("cast") or {})), resolution=card.resolution,
-        )
-        state = _CardState(key, card, experiment, workload, None)
+        workload, carried = build_trial_workload(spec, card, experiment)
+        state = _CardState(key, card, experiment, carried, None)
         self.state = state
-        state.baseline = experiment.prepare(experiment.baseline_name, workload, {})
+        state.baseline = prepare_baseline(spec, workload, experiment)
         return state, time.perf_counter() - t0
 
     def forget(self) -> None:
@@ -559,7 +552,7 @@ class _Server:
                     profiler=self.profiler(request["profiler"]),
                     settings=TimingSettings(**request["settings"]), rules=self.rules(request["rules"]),
                     label=request["label"], environment=request["environment"],
-                    spec={**request["spec"], "variant": variant, "params": params})
+                    spec={**request["spec"], "variant": variant, "params": params, "role": request["role"]})
         card, path = m.card, Path(request["card_path"])
         card.extra.update(request.get("extra") or {})
         try:

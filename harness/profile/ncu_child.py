@@ -14,21 +14,17 @@ from harness.cards.lint import normalize
 from harness.cards.model import load_report
 from harness.experiment import load_experiment
 from harness.profile.timing import warm_up
-from harness.workloads.attention import AttentionConfig
-from harness.workloads.cast import CastConfig
-from harness.workloads.registry import build_workload
+from harness.trial_spec import build_trial_workload, prepare_baseline
 
 
 def run_trial(spec: dict) -> None:
     card = normalize(load_report(spec.get("report"))).card(spec["card_id"])
     experiment = load_experiment(spec["experiment_module"])
-    workload = build_workload(
-        card.op_kind, card.shape_parameters, device=spec["device"], dtype=experiment.workload_dtype,
-        scale=spec["scale"], seed=spec["seed"], inputs_dir=spec.get("inputs_dir"), input_sha256=card.input_sha256,
-        attention=AttentionConfig(**spec.get("attention", {})), cast=CastConfig(**spec.get("cast", {})),
-        resolution=card.resolution,
-    )
-    fn = experiment.prepare(spec["variant"], workload, spec.get("params", {})).fn
+    workload, carried = build_trial_workload(spec, card, experiment)
+    if spec.get("role") == "baseline":
+        fn = prepare_baseline(spec, workload, experiment).fn
+    else:
+        fn = experiment.prepare(spec["variant"], carried, spec.get("params", {})).fn
     if spec.get("warmup") is None:  # under ncu, outside the NVTX range: nothing of it is profiled
         warm_up(fn, sync=torch.cuda.synchronize)
     else:

@@ -92,3 +92,27 @@ def test_user_experiment_config_errors_exit_2_before_measuring(tmp_path, overrid
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-1500:])
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert not (run_dir / "trials").exists()
+
+
+@pytest.mark.slow
+def test_round_two_builds_on_round_ones_adopted_variant(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    proc = _run(first, *_only("{once: {}}"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    kept = load_report(first / "best.json").cards[0]
+    assert [a["variant"] for a in kept.extra["applied"]] == ["once"]  # adopted: planted 2x less work
+    assert "**planted: once**" in (first / "recipe.md").read_text()
+    round_one_base = load_report(first / "baseline.json").cards[0].extra["timing"]["median_us"]
+
+    proc = _run(second, f"report={first / 'best.json'}", *_only("{identical: {}}"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    base = load_report(second / "baseline.json").cards[0]
+    assert base.extra["harness"]["variant"] == "once" and base.extra["harness"]["builds_on"] == ["planted: once"]
+    # Round 2's baseline is round 1's best (one linear), not the report's op (two): about half the time.
+    assert base.extra["timing"]["median_us"] < 0.8 * round_one_base
+    row = _row(second)
+    # `identical` is round 1's baseline (twice): against the new baseline it is planted 2x slower.
+    assert row["timing_verdict"] == "SLOWER" and row["adopted"] is False
+    again = load_report(second / "best.json").cards[0]
+    assert [a["variant"] for a in again.extra["applied"]] == ["once"]  # the kept card keeps its history
+    assert "adopted in an earlier round" in (second / "recipe.md").read_text()

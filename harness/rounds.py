@@ -1,0 +1,111 @@
+"""Rounds: a run on an earlier run's best.json starts from what that run adopted.
+
+Each card of best.json records the variants applied to it so far (`extra["applied"]`, oldest first:
+experiment, module, variant, parameters, what it carries, its recipe and the verdict that adopted it).
+A run whose report is such a best.json measures, for that card:
+
+- as its baseline, the last applied variant, re-prepared from its own experiment module on the inputs
+  the earlier applied variants left (so round 2's baseline reproduces round 1's best);
+- its own variants on the inputs all applied variants leave (their `carries`: a memory format or a
+  dtype of named inputs), so a new variant composes on top where it can: bf16 on channels_last inputs.
+
+Nothing here is timed; the worker calls `round_workload` and `round_baseline` when it builds a card.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Mapping
+
+import torch
+
+from harness.workloads.base import Workload, WorkloadError, parse_dtype, parse_layout
+
+APPLIED_KEY = "applied"
+# What a variant may carry for an input: how later variants find it.
+CARRY_KINDS = ("memory_format", "dtype")
+_FORMATS = {"contiguous": torch.contiguous_format, "channels_last_3d": torch.channels_last_3d}
+
+
+class RoundError(ValueError):
+    """A best.json whose applied variants cannot be rebuilt; one line, with the fix."""
+
+
+def check_carries(carries: Mapping[str, Mapping[str, str]]) -> None:
+    """`{input name: {memory_format: ..., dtype: ...}}`, each value one torch knows."""
+    for name, change in carries.items():
+        unknown = set(change) - set(CARRY_KINDS)
+        if unknown:
+            raise RoundError(f"carries[{name!r}]: unknown key(s) {sorted(unknown)}; use {', '.join(CARRY_KINDS)}")
+        if "memory_format" in change and parse_layout(change["memory_format"]) is None:
+            raise RoundError(f"carries[{name!r}].memory_format: name a layout")
+        if "dtype" in change:
+            parse_dtype(change["dtype"], what=f"carries[{name!r}].dtype")
+
+
+def applied_of(card_extra: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The applied variants a card records (oldest first); [] for a card of the profiled report."""
+    applied = card_extra.get(APPLIED_KEY) or []
+    if not isinstance(applied, list) or not all(isinstance(a, dict) and a.get("variant") and a.get("module")
+                                                for a in applied):
+        raise RoundError(f"extra.{APPLIED_KEY} must be a list of {{experiment, module, variant, params}}; "
+                         "take best.json as the harness wrote it")
+    return [dict(a) for a in applied]
+
+
+def carry(workload: Workload, applied: Iterable[Mapping[str, Any]]) -> Workload:
+    """The workload with each applied variant's carries done to its inputs, in order.
+
+    The float64 reference stays the original inputs' (the workload's closure): every round is judged
+    against the model's own op, not against an earlier round's rounding.
+    """
+    inputs = dict(workload.inputs)
+    layout, dtype = workload.layout, workload.dtype
+    for entry in applied:
+        for name, change in (entry.get("carries") or {}).items():
+            if name not in inputs:
+                continue  # an input this op kind lacks (a bias-less op): nothing to carry
+            tensor = inputs[name]
+            if "dtype" in change:
+                tensor = tensor.to(parse_dtype(change["dtype"]))  # keeps the memory format
+                dtype = tensor.dtype if name in ("input", "x") else dtype
+            if "memory_format" in change:
+                fmt = parse_layout(change["memory_format"])
+                if fmt == "channels_last_3d" and tensor.dim() != 5:
+                    raise WorkloadError(f"carries[{name!r}]: channels_last_3d needs a 5-d tensor, got {tensor.dim()}-d")
+                tensor = tensor.contiguous(memory_format=_FORMATS[fmt])
+                layout = fmt if name in ("input", "x") else layout
+            inputs[name] = tensor
+    return dataclasses.replace(workload, inputs=inputs, layout=layout, dtype=dtype)
+
+
+def round_baseline(workload: Workload, applied: list[Mapping[str, Any]], load: Any) -> Any:
+    """The last applied variant, prepared on the inputs the ones before it left: round 2's baseline.
+
+    `load` is harness.experiment.load_experiment (passed in: this module stays free of experiments).
+    """
+    last = applied[-1]
+    try:
+        experiment = load(str(last["module"]), expected_name=last.get("experiment"))
+    except Exception as exc:  # an experiment module that moved or is not on PYTHONPATH here
+        raise RoundError(f"the applied variant {last['variant']} of {last.get('experiment')} cannot be rebuilt: "
+                         f"{exc}") from None
+    return experiment.prepare(str(last["variant"]), carry(workload, applied[:-1]), dict(last.get("params") or {}))
+
+
+def applied_entry(*, experiment: str, module: str, variant: str, params: Mapping[str, Any],
+                  facts: Mapping[str, Any], workload_dtype: str, confirmation: Mapping[str, Any] | None,
+                  run: str) -> dict[str, Any]:
+    """What a kept card records of the variant this run adopted (read back by the next round)."""
+    return {
+        "experiment": experiment, "module": module, "variant": variant, "params": dict(params),
+        "carries": dict(facts.get("carries") or {}), "recipe": facts.get("recipe"),
+        "workload_dtype": workload_dtype,
+        "speedup": (confirmation or {}).get("speedup"), "ci": (confirmation or {}).get("ci"), "run": run,
+    }
+
+
+def label_text(entry: Mapping[str, Any]) -> str:
+    params = entry.get("params") or {}
+    shown = f"({', '.join(f'{k}={v}' for k, v in params.items())})" if params else ""
+    return f"{entry.get('experiment')}: {entry['variant']}{shown}"
