@@ -528,7 +528,9 @@ def _variant_label(o: CardOutcome) -> str | None:
 _MEASURED_EXTRAS = {"id", "ncu_output", "scheduler_note", "harness", "timing", "search_timing", "correctness",
                     "memory", "workload", "environment", "metrics_source", "profiler", "peaks",
                     "profiler_settings", "profiler_notes", "report_card", "baseline_drift", "variant",
-                    "confirmation", "warm_up", "confirm_error"}
+                    "confirmation", "warm_up", "confirm_error", "torch_state", "applied"}
+# Variant facts shown elsewhere: the time (the table's, from the confirm rounds), the recipe (recipe.md).
+_FACTS_SHOWN_ELSEWHERE = {"nominal_flops_per_call", "per_call_us", "recipe", "carries"}
 
 
 def _facts_text(value: Any) -> str:
@@ -540,7 +542,7 @@ def _facts_text(value: Any) -> str:
 
 
 def _evidence_lines(label: str, card: Card) -> list[str]:
-    variant = {k: v for k, v in (card.extra.get("variant") or {}).items() if k != "nominal_flops_per_call"}
+    variant = {k: v for k, v in (card.extra.get("variant") or {}).items() if k not in _FACTS_SHOWN_ELSEWHERE}
     lines = [f"- {label} variant facts: {_facts_text(variant)}"] if variant else []
     for key, value in card.extra.items():
         if key not in _MEASURED_EXTRAS:
