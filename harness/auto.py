@@ -18,9 +18,11 @@ from harness.cards.html import render_index_html
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, load_report, write_json_atomic, write_text_atomic
 from harness.cards.rules import RuleSet, classify_report
+from harness.environment import resolve_device
 from harness.experiment import Experiment, ExperimentError, load_experiment
 from harness.overview import CardResult, render_end_to_end
-from harness.run import RunError, card_results, execute, pick_cards
+from harness.run import RunError, card_results, execute
+from harness.selection import SelectionError, pick_cards
 
 AUTO = "auto"
 NOT_AUTOMATIC = (AUTO, "reprofile")  # reprofile reproduces the baseline; it tests no hypothesis
@@ -75,8 +77,13 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, options: l
     report = classify_report(lint_report(load_report(cfg.get("report"))).normalized, rules)
     selector = cfg.get("cards") or cfg["experiment"].get("default_cards")
     if not selector:
-        raise RunError("experiment=auto needs cards= (ids or a filter) or experiment.default_cards")
-    cards = pick_cards(report, selector)
+        raise RunError("experiment=auto needs cards= (ids or a rule) or experiment.default_cards")
+    try:
+        cards = pick_cards(report, selector, device=resolve_device(str(cfg.get("device", "auto"))))
+    except (SelectionError, ValueError) as exc:
+        raise RunError(str(exc)) from None
+    if not cards:
+        raise RunError(f"cards={selector} selects no card of {cfg.get('report') or 'the shipped report'}")
     plan = plan_auto(cards, experiments)
     run_dir.mkdir(parents=True, exist_ok=True)
     results: list[CardResult] = []

@@ -36,7 +36,6 @@ from harness.cards.lint import lint_report
 from harness.cards.model import Card, Report, load_report, save_report, write_json_atomic, write_text_atomic
 from harness.cards.noise import paired_verdict
 from harness.cards.rules import RuleSet, class_counts, classify_report, rules_text
-from harness.cards.selection_messages import no_card_message
 from harness.environment import describe_environment, resolve_device
 from harness.experiment import Experiment, load_experiment
 from harness.measure import TimingSettings
@@ -54,6 +53,7 @@ from harness.search import (
     suggest,
     validate_space,
 )
+from harness.selection import SelectionError, select_cards
 from harness.stopping import earlier_drift, keep_drift, note_progress
 from harness.workloads.registry import cast_frames_from_report
 from harness.worker import (
@@ -71,42 +71,6 @@ log = logging.getLogger("harness")
 
 class RunError(ValueError):
     """Bad configuration or input found before measuring; one line, with the fix."""
-
-
-def pick_cards(report: Report, selector: Any) -> list[Card]:
-    """Cards by id (a string or a list of ids) or by a filter {stage, op, op_kind, resolution}."""
-    if isinstance(selector, str):
-        selector = [selector]
-    if isinstance(selector, (list, tuple)):
-        try:
-            return [report.card(str(card_id)) for card_id in selector]
-        except Exception as exc:
-            raise RunError(str(exc)) from None
-    if isinstance(selector, Mapping):
-        allowed = {"stage", "op", "op_kind", "resolution"}
-        unknown = set(selector) - allowed
-        if unknown:
-            raise RunError(f"cards filter: unknown key(s) {sorted(unknown)}; use {sorted(allowed)} or a list of ids")
-        return [c for c in report.cards if all(str(getattr(c, key)) == str(value) for key, value in selector.items())]
-    raise RunError(f"cards={selector!r}: give a list of card ids or a filter like {{stage: vae}}")
-
-
-def select_cards(report: Report, selector: Any, experiment: Experiment, defaults: list[str] | None) -> list[Card]:
-    """`pick_cards`, or the experiment's defaults; every card must be of an op kind the experiment takes."""
-    if selector is None:
-        selector = list(defaults) if defaults else {}
-    cards = pick_cards(report, selector)
-    by_id = isinstance(selector, (list, tuple, str))
-    wrong = [c.id for c in cards if not experiment.applies_to(c.op_kind)]
-    if wrong and by_id:
-        raise RunError(
-            f"experiment {experiment.name} applies to {', '.join(experiment.op_kinds)} cards; "
-            f"not to {', '.join(wrong[:3])}"
-        )
-    chosen = [c for c in cards if experiment.applies_to(c.op_kind)]
-    if not chosen:
-        raise RunError(no_card_message(selector, cards, experiment.op_kinds, experiment.name, report.cards))
-    return chosen
 
 
 def make_profiler(cfg: Mapping[str, Any], device: str) -> tuple[Profiler, list[str]]:
@@ -635,10 +599,14 @@ def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[Car
     report_path = cfg.get("report")
     report = load_report(report_path)
     normalized = classify_report(lint_report(report).normalized, rules)
-    cards = select_cards(normalized, cfg.get("cards"), experiment, cfg["experiment"].get("default_cards"))
     try:
         device = resolve_device(str(cfg.get("device", "auto")))
     except ValueError as exc:
+        raise RunError(str(exc)) from None
+    try:
+        cards = select_cards(normalized, cfg.get("cards"), experiment, cfg["experiment"].get("default_cards"),
+                             device)
+    except SelectionError as exc:
         raise RunError(str(exc)) from None
     try:
         profiler_cfg = dict(cfg.get("profiler") or {})

@@ -105,7 +105,8 @@ SCHEMA: dict[str, dict[str, Check]] = {
         "module": text(nullable=True),
         "correctness": mapping,
         "space": lambda v: None if v is None or isinstance(v, Mapping) else "a mapping of variants or null",
-        "default_cards": lambda v: None if v is None or isinstance(v, (list, tuple)) else "a list of card ids or null",
+        "default_cards": lambda v: None if v is None or isinstance(v, (list, tuple, Mapping))
+        else "a list of card ids, a rule such as {costliest: 3, resolution: smallest_on_cpu}, or null",
     },
     # harness.correctness.Rule: a variant's bound is a factor times the baseline's error or the rounding of
     # the dtype it lowers to; 0 or less would reject every variant, a baseline-exact one too.

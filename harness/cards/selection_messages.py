@@ -37,7 +37,12 @@ def _unmatched_keys(selector: Mapping[str, Any], all_cards: Iterable[Any]) -> li
     cards = list(all_cards)
     notes = []
     for key, value in selector.items():
-        known = sorted({str(getattr(card, key, None)) for card in cards})
+        if key not in ("stage", "op", "op_kind", "resolution", "class") or isinstance(value, (list, tuple)):
+            continue  # costliest, per, a list of classes: not values a card has
+        if key == "resolution" and value in ("smallest", "largest", "smallest_on_cpu"):
+            continue
+        known = sorted({str(card.primary or "none") if key == "class" else str(getattr(card, key, None))
+                        for card in cards})
         if str(value) not in known:
             notes.append(f"no card has {key}={value}; the report has {key} {', '.join(known)}")
     return notes
