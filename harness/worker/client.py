@@ -1,0 +1,310 @@
+"""The run's side of trial isolation: the worker child's life cycle and the requests of one card."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Mapping
+
+from harness.worker.protocol import (
+    ENV_CPU_THREADS,
+    ENV_LOG,
+    ENV_MEMORY_LIMIT,
+    ENV_PARENT,
+    STARTUP_TIMEOUT_S,
+    Reply,
+    TrialFailed,
+    WorkerError,
+    exit_reason,
+)
+
+log = logging.getLogger("harness")
+
+
+class TrialWorker:
+    """Owns one worker child; starts it on the first request and again after it died or was killed."""
+
+    def __init__(self, *, log_path: Path | None = None, pid_path: Path | None = None,
+                 memory_limit_gb: float | None = None, cpu_threads: int | None = None,
+                 startup_timeout_s: float = STARTUP_TIMEOUT_S):
+        self.log_path = log_path
+        self.pid_path = pid_path
+        self.memory_limit_gb = memory_limit_gb
+        self.cpu_threads = cpu_threads
+        self.startup_timeout_s = startup_timeout_s
+        self.startups: list[float] = []  # wall seconds from spawn to "ready", per start
+        self.torch_threads: int | None = None  # what the running child's torch uses
+        self._proc: subprocess.Popen | None = None
+        self._send: int | None = None
+        self._recv: int | None = None
+        self._buffer = b""
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def use_run_dir(self, run_dir: Path) -> None:
+        """Log to run_dir/worker.log and name the pid in run_dir/worker.pid from now on."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path, self.pid_path = run_dir / "worker.log", run_dir / "worker.pid"
+        if self.pid is not None:
+            self.pid_path.write_text(f"{self.pid}\n", encoding="ascii")
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def start(self) -> float:
+        """Start a child and wait until it can take requests; the seconds that took."""
+        self.kill()
+        t0 = time.perf_counter()
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        env = dict(os.environ)
+        # The child imports what the parent imports: the parent's module search path, in its order.
+        paths = [p or os.getcwd() for p in sys.path]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if os.path.isdir(p)))
+        env[ENV_PARENT] = str(os.getpid())
+        env[ENV_LOG] = str(self.log_path) if self.log_path is not None else ""
+        env.pop(ENV_MEMORY_LIMIT, None)
+        if self.memory_limit_gb:
+            env[ENV_MEMORY_LIMIT] = str(float(self.memory_limit_gb))
+        env.pop(ENV_CPU_THREADS, None)
+        if self.cpu_threads:
+            env[ENV_CPU_THREADS] = str(int(self.cpu_threads))
+        log_file = open(self.log_path, "ab") if self.log_path is not None else None  # noqa: SIM115
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "harness.worker", str(to_child_r), str(from_child_w)],
+                pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
+                stdout=log_file if log_file else None, stderr=subprocess.STDOUT if log_file else None,
+                start_new_session=True, env=env, close_fds=True,
+            )
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
+            if log_file is not None:
+                log_file.close()
+        self._send, self._recv, self._buffer = to_child_w, from_child_r, b""
+        line = self._read_line(time.monotonic() + self.startup_timeout_s)
+        hello = json.loads(line) if line is not None else {}
+        if not hello.get("ready"):
+            why = (f"no answer after {self.startup_timeout_s:g} s" if self._proc.poll() is None
+                   else exit_reason(self._proc.returncode))
+            self.kill()
+            raise WorkerError(f"the worker process could not start ({why}){self._log_tail()}")
+        seconds = time.perf_counter() - t0
+        self.startups.append(seconds)
+        self.torch_threads = hello.get("torch_threads")
+        if self.pid_path is not None:
+            self.pid_path.write_text(f"{self._proc.pid}\n", encoding="ascii")
+        log.info("worker process %d ready in %.1f s", self._proc.pid, seconds)
+        return seconds
+
+    def kill(self) -> None:
+        """SIGKILL the child and everything it started (its own process group); forget it and its pid file."""
+        proc, self._proc = self._proc, None
+        if self.pid_path is not None:
+            self.pid_path.unlink(missing_ok=True)
+        for fd in (self._send, self._recv):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._send = self._recv = None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                proc.kill()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not take 10 s
+            pass
+
+    def close(self) -> None:
+        """Ask the child to exit (it sees the pipe close); kill it if it does not go within 5 s."""
+        proc = self._proc
+        if proc is None:
+            return
+        if self._send is not None:
+            try:
+                os.close(self._send)
+            except OSError:
+                pass
+            self._send = None
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def request(self, op: str, payload: Mapping[str, Any], deadline_s: float | None) -> Reply:
+        """Send one request and wait for its answer; a crash or a missed deadline is a Reply too.
+
+        Raises WorkerError only when no child can be started; KeyboardInterrupt kills the child.
+        """
+        if self._proc is None or self._proc.poll() is not None:
+            if self._proc is not None:
+                self.kill()
+            self.start()
+        assert self._proc is not None and self._send is not None
+        log_path = str(self.log_path) if self.log_path is not None else None
+        message = (json.dumps({"op": op, "log_path": log_path, **payload}) + "\n").encode()
+        until = None if deadline_s is None else time.monotonic() + float(deadline_s)
+        try:
+            try:
+                view = memoryview(message)
+                while view:
+                    view = view[os.write(self._send, view):]
+            except (BrokenPipeError, OSError):
+                line = None
+            else:
+                line = self._read_line(until)
+        except BaseException:  # Ctrl-C (or anything else) mid-request: the child is in an unknown state
+            self.kill()
+            raise
+        if line is not None:
+            answer = json.loads(line)
+            if answer.get("ok"):
+                return Reply(True, "ok", answer.get("result") or {})
+            reason = answer.get("reason", "")
+            if answer.get("restart"):
+                self.kill()
+                reason += "; worker restarted (the CUDA context is unusable after this error)"
+            return Reply(False, answer.get("kind", "error"), answer.get("result") or {}, reason)
+        proc = self._proc
+        if proc.poll() is None and until is not None and time.monotonic() >= until:
+            self.kill()
+            return Reply(False, "deadline", {}, f"deadline: no result after {float(deadline_s):g} s "
+                                                "(search.trial_deadline_s); the worker was killed")
+        try:
+            proc.wait(timeout=10)  # the pipe closed: the child is exiting
+        except subprocess.TimeoutExpired:
+            pass
+        reason = exit_reason(proc.poll())
+        self.kill()
+        return Reply(False, "crash", {}, reason)
+
+    def _read_line(self, until: float | None) -> bytes | None:
+        """The next line from the child; None at end of file, child exit or `until` (monotonic)."""
+        assert self._recv is not None and self._proc is not None
+        while b"\n" not in self._buffer:
+            wait = 1.0 if until is None else max(0.0, min(1.0, until - time.monotonic()))
+            ready, _, _ = select.select([self._recv], [], [], wait)
+            if ready:
+                chunk = os.read(self._recv, 1 << 16)
+                if not chunk:
+                    return None
+                self._buffer += chunk
+            elif self._proc.poll() is not None:
+                return None
+            elif until is not None and time.monotonic() >= until:
+                return None
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def _log_tail(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        lines = [s for s in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines() if s.strip()]
+        return f": {lines[-1].strip()[:300]}" if lines else ""
+
+
+_WORKER: TrialWorker | None = None
+_WARNED: set[int] = set()
+
+
+def worker_for(ctx: Any) -> TrialWorker:
+    """This process's worker, pointed at the run of `ctx` (its worker.log and worker.pid).
+
+    One worker serves every run of the process (experiment=auto runs one per experiment), so its
+    start-up is paid once; a different search.worker_memory_limit_gb or timing.cpu_threads starts a
+    new one.
+    """
+    global _WORKER
+    search = ctx.cfg.get("search") or {}
+    limit = search.get("worker_memory_limit_gb")
+    if limit is not None and (not ctx.device.startswith("cpu") or not sys.platform.startswith("linux")):
+        if id(ctx) not in _WARNED:
+            _WARNED.add(id(ctx))
+            log.warning("search.worker_memory_limit_gb is ignored here: it needs Linux (RLIMIT_AS) and the CPU "
+                        "device (CUDA reserves more address space than any such limit)")
+        limit = None
+    threads = (ctx.cfg.get("timing") or {}).get("cpu_threads") if ctx.device.startswith("cpu") else None
+    if _WORKER is not None and (_WORKER.memory_limit_gb, _WORKER.cpu_threads) != (limit, threads):
+        close_worker()
+    if _WORKER is None:
+        _WORKER = TrialWorker(memory_limit_gb=limit, cpu_threads=threads)
+    _WORKER.use_run_dir(Path(ctx.run_dir))
+    return _WORKER
+
+
+@atexit.register
+def close_worker() -> None:
+    """End this process's worker (at exit, or when a run needs a differently limited one)."""
+    global _WORKER
+    worker, _WORKER = _WORKER, None
+    if worker is not None:
+        worker.close()
+
+
+def deadline_from(cfg: Mapping[str, Any]) -> float | None:
+    value = (cfg.get("search") or {}).get("trial_deadline_s", 900)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"search.trial_deadline_s={value!r}: give seconds > 0, or null for none")
+    return float(value)
+
+
+class CardSession:
+    """The requests of one card: what every request repeats (so a new child can rebuild the card)."""
+
+    def __init__(self, worker: TrialWorker, common: dict[str, Any], deadline_s: float | None):
+        self.worker = worker
+        self.common = common
+        self.deadline_s = deadline_s
+
+    def measure(self, *, role: str, variant: str, params: dict[str, Any], label: dict[str, Any],
+                card_path: Path, extra: dict[str, Any] | None = None) -> Reply:
+        return self.worker.request("measure", {**self.common, "role": role, "variant": variant, "params": params,
+                                               "label": label, "card_path": str(card_path),
+                                               "extra": extra or {}}, self.deadline_s)
+
+    def retime(self, settings: Any) -> Reply:
+        return self.worker.request("retime", {**self.common, "retime_settings": asdict(settings)}, self.deadline_s)
+
+    def confirm(self, variant: str, params: dict[str, Any], rounds: int, budget_s: float,
+                cuda_graph: bool = False) -> Reply:
+        return self.worker.request("confirm", {**self.common, "best": {"variant": variant, "params": params},
+                                               "rounds": rounds, "budget_s": budget_s, "cuda_graph": cuda_graph},
+                                   self.deadline_s)
+
+
+class _QuietTrialFailures(logging.Filter):
+    """Optuna logs a failed trial's exception with its traceback. A TrialFailed is a recorded outcome
+    (the objective logged its one-line reason) and a KeyboardInterrupt is the app's to report."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], (TrialFailed, KeyboardInterrupt)):
+            return False
+        return not record.getMessage().endswith("failed with value None.")
+
+
+def quiet_trial_failures() -> None:
+    optimize_logger = logging.getLogger("optuna.study._optimize")
+    if not any(isinstance(f, _QuietTrialFailures) for f in optimize_logger.filters):
+        optimize_logger.addFilter(_QuietTrialFailures())
