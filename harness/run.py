@@ -40,6 +40,7 @@ from harness.environment import describe_environment, resolve_device
 from harness.experiment import Experiment, load_experiment
 from harness.measure import TimingSettings
 from harness.overview import CardResult, render_end_to_end
+from harness.profile import registry as profilers
 from harness.profile.base import Profiler, ProfilerUnavailable
 from harness.provenance import claim_run_dir
 from harness.recipe import render_recipe
@@ -74,33 +75,14 @@ class RunError(ValueError):
 
 
 def make_profiler(cfg: Mapping[str, Any], device: str) -> tuple[Profiler, list[str]]:
-    name = cfg.get("name", "auto")
-    notes: list[str] = []
-    if name == "auto":
-        if not device.startswith("cuda"):
-            name = "cpu"
-        else:
-            from harness.profile.ncu_backend import ncu_usable
-
-            usable, why = ncu_usable(cfg)
-            name = "ncu" if usable else "torch_cuda"
-            if not usable:
-                message = f"ncu unusable ({why}); falling back to the torch.profiler CUDA trace: metrics are estimated"
-                warnings.warn(message, stacklevel=2)
-                notes.append(message)
-    if name == "cpu":
-        from harness.profile.cpu import CpuProfiler
-
-        return CpuProfiler(), notes
-    if name == "torch_cuda":
-        from harness.profile.torch_cuda import TorchCudaProfiler
-
-        return TorchCudaProfiler(), notes
-    if name == "ncu":
-        from harness.profile.ncu_backend import NcuProfiler
-
-        return NcuProfiler(cfg), notes
-    raise RunError(f"profiler={name!r}: choose auto, cpu, torch_cuda or ncu")
+    """The run's profiler (harness.profile.registry) and the notes of a fallback, each also warned."""
+    try:
+        name, notes = profilers.resolve(cfg, device)
+    except profilers.UnknownProfiler as exc:
+        raise RunError(str(exc)) from None
+    for note in notes:
+        warnings.warn(note, stacklevel=2)
+    return profilers.make(name, cfg), notes
 
 
 @dataclass

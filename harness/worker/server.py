@@ -103,25 +103,13 @@ class Server:
         return self._rules[key]
 
     def profiler(self, cfg: dict[str, Any]) -> Any:
+        """The run's profiler, resolved by the run (harness.profile.registry); None: time only."""
+        from harness.profile import registry
+
         key = _json_key(cfg)
         if key not in self._profilers:
             name = cfg.get("name")
-            if name == "cpu":
-                from harness.profile.cpu import CpuProfiler
-
-                self._profilers[key] = CpuProfiler()
-            elif name == "torch_cuda":
-                from harness.profile.torch_cuda import TorchCudaProfiler
-
-                self._profilers[key] = TorchCudaProfiler()
-            elif name == "ncu":
-                from harness.profile.ncu_backend import NcuProfiler
-
-                self._profilers[key] = NcuProfiler(cfg)
-            elif name in (None, "none"):
-                self._profilers[key] = None
-            else:
-                raise ValueError(f"profiler {name!r}: the worker knows cpu, torch_cuda and ncu")
+            self._profilers[key] = None if name in (None, "none") else registry.make(str(name), cfg)
         return self._profilers[key]
 
     def measure(self, state: _CardState, request: dict[str, Any], result: dict[str, Any]) -> None:
