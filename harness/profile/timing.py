@@ -27,7 +27,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from harness.cards.noise import DEFAULT_THRESHOLD, Verdict, noise_band
 
 
 @dataclass
@@ -215,61 +214,3 @@ def time_cpu(
     return TimingResult.from_samples(
         [ns / 1000.0 for ns in samples_ns], warmup=warmup, method=method, warmup_stable=stable
     )
-
-
-@dataclass(frozen=True)
-class Comparison:
-    verdict: Verdict
-    rel_diff: float  # (trial.median - baseline.median) / baseline.median; negative = trial faster
-    tolerance: float  # max(threshold, combined_spread)
-    threshold: float
-    combined_spread: float  # baseline.spread + trial.spread
-
-    def describe(self) -> str:
-        return (
-            f"{self.verdict}: median {self.rel_diff:+.1%} vs baseline, "
-            f"noise band +/-{self.tolerance:.1%} (max of threshold {self.threshold:.1%} and "
-            f"summed relative IQRs {self.combined_spread:.1%})"
-        )
-
-
-def compare_detail(
-    baseline: TimingResult, trial: TimingResult, threshold: float = DEFAULT_THRESHOLD
-) -> Comparison:
-    """Verdict of `trial` against `baseline`, with the numbers behind it.
-
-    Rule (in the style of nvbench's compare script, which calls a change SAME when the relative
-    difference is within the measured noise; the same rule as harness.cards.noise, whose
-    `noise_band` this uses, so that the card diff and this helper always agree):
-
-        d   = (trial.median_us - baseline.median_us) / baseline.median_us
-        s   = baseline.spread + trial.spread            # spreads are relative IQRs (IQR / median)
-        tol = max(threshold, s)
-        SAME   if |d| <= tol   (the boundary itself is SAME)
-        FASTER if d < -tol
-        SLOWER if d > +tol
-
-    So a difference must exceed both the fixed threshold (default 5%) and the sum of the two
-    timings' relative interquartile ranges before it counts.
-    """
-    if baseline.median_us <= 0 or not math.isfinite(baseline.median_us):
-        raise ValueError("baseline median must be a positive number of microseconds")
-    if not math.isfinite(trial.median_us) or trial.median_us < 0:
-        raise ValueError("trial median must be a finite, non-negative number of microseconds")
-    if threshold < 0:
-        raise ValueError("threshold must be non-negative")
-    d = (trial.median_us - baseline.median_us) / baseline.median_us
-    s = baseline.spread + trial.spread
-    tol = noise_band(baseline.spread, trial.spread, threshold)
-    if abs(d) <= tol:
-        verdict: Verdict = "SAME"
-    elif d < 0:
-        verdict = "FASTER"
-    else:
-        verdict = "SLOWER"
-    return Comparison(verdict=verdict, rel_diff=d, tolerance=tol, threshold=threshold, combined_spread=s)
-
-
-def compare(baseline: TimingResult, trial: TimingResult, threshold: float = DEFAULT_THRESHOLD) -> Verdict:
-    """"FASTER", "SLOWER" or "SAME" for `trial` against `baseline`; the rule is `compare_detail`'s."""
-    return compare_detail(baseline, trial, threshold).verdict

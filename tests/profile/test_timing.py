@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from harness.profile.timing import TimingResult, compare, compare_detail, time_cpu, warm_up
+from harness.profile.timing import TimingResult, time_cpu, warm_up
 
 
 class FakeClock:
@@ -218,62 +218,3 @@ def test_from_dict_reads_a_result_written_before_warmup_stable():
 
 
 # --- compare ----------------------------------------------------------------------------------
-
-
-def test_compare_clear_changes_and_no_change():
-    base = result(100.0, spread=0.02)
-    assert compare(base, result(50.0, 0.02)) == "FASTER"
-    assert compare(base, result(150.0, 0.02)) == "SLOWER"
-    assert compare(base, result(101.0, 0.02)) == "SAME"
-
-
-def test_compare_threshold_boundary_is_same():
-    base = result(100.0)
-    # exactly on the threshold counts as SAME; just beyond it does not
-    assert compare(base, result(125.0), threshold=0.25) == "SAME"
-    assert compare(base, result(75.0), threshold=0.25) == "SAME"
-    assert compare(base, result(125.5), threshold=0.25) == "SLOWER"
-    assert compare(base, result(74.5), threshold=0.25) == "FASTER"
-
-
-def test_compare_noise_widens_the_band_beyond_the_threshold():
-    # relative spreads 0.2 and 0.3 add up to a 0.5 band, which beats the 5% threshold
-    base, noisy = result(100.0, 0.2), 0.3
-    detail = compare_detail(base, result(149.0, noisy))
-    assert detail.combined_spread == pytest.approx(0.5)
-    assert detail.tolerance == pytest.approx(0.5)
-    assert detail.verdict == "SAME"
-    assert compare(base, result(151.0, noisy)) == "SLOWER"
-    assert compare(base, result(51.0, noisy)) == "SAME"
-    assert compare(base, result(49.0, noisy)) == "FASTER"
-    # the spread of either side alone is not enough to hide a 40% change
-    assert compare(result(100.0, 0.2), result(140.0, 0.0)) == "SLOWER"
-
-
-def test_compare_agrees_with_the_card_diff_rule():
-    from harness.cards.noise import timing_verdict
-
-    cases = [(100.0, 0.0, 104.0, 0.0), (100.0, 0.1, 118.0, 0.05), (100.0, 0.1, 80.0, 0.05), (100.0, 0.02, 60.0, 0.3)]
-    for b, sb, a, sa in cases:
-        assert compare(result(b, sb), result(a, sa)) == timing_verdict(b, a, sb, sa)
-
-
-def test_compare_threshold_dominates_when_quiet():
-    detail = compare_detail(result(100.0, 0.01), result(104.0, 0.01), threshold=0.05)
-    assert detail.tolerance == 0.05
-    assert detail.verdict == "SAME"
-    assert detail.rel_diff == pytest.approx(0.04)
-    assert compare(result(100.0, 0.01), result(106.0, 0.01)) == "SLOWER"
-    assert "SLOWER" in compare_detail(result(100.0, 0.01), result(106.0, 0.01)).describe()
-
-
-def test_compare_uses_medians_not_means():
-    base = TimingResult.from_samples([100.0] * 9 + [10_000.0], warmup=0, method="test")
-    trial = TimingResult.from_samples([100.0] * 10, warmup=0, method="test")
-    assert base.median_us == 100.0
-    assert compare(base, trial) == "SAME"
-
-
-def test_compare_rejects_zero_baseline():
-    with pytest.raises(ValueError):
-        compare(result(0.0), result(1.0))
