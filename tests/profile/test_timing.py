@@ -215,6 +215,3 @@ def test_from_dict_reads_a_result_written_before_warmup_stable():
     old = TimingResult.from_samples([1.0, 2.0], warmup=2, method="test").to_dict()
     del old["warmup_stable"]
     assert TimingResult.from_dict(old).warmup_stable is None
-
-
-# --- compare ----------------------------------------------------------------------------------
