@@ -2,7 +2,7 @@
 
 The report ran FlashAttention 2 (flash_fwd_kernel) and 3 (the varlen path: prepare_varlen_num_blocks +
 device_kernel) on bf16 q [B, Lq, H, D] over a cache of `allocated_keys` slots of which the first
-`valid_keys` are filled. Two levers (DOMAIN.md section 5):
+`valid_keys` are filled. Two levers (docs/domain.md section 5):
 
 - which kernel: torch SDPA with one backend forced (`sdpa_kernel(SDPBackend.X)`: flash, cuDNN,
   memory-efficient, math), or the flash-attn packages themselves (FA2 `flash_attn.flash_attn_func`,

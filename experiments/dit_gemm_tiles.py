@@ -2,7 +2,7 @@
 
 The report's DiT linears run one cuBLAS nvjet kernel each (bf16, bias epilogue). The big ones
 (M=1170/2640/4680 rows, K=5120/13824) sit near the bf16 roofline; the small-M ones (M=3, K=256) are a
-partial wave: too few output tiles to fill 132 SMs. Levers (DOMAIN.md section 5):
+partial wave: too few output tiles to fill 132 SMs. Levers (docs/domain.md section 5):
 
 - `blas_library(library)`: cuBLAS or cuBLASLt through `torch.backends.cuda.preferred_blas_library`,
   set around each call and restored after it, so no trial leaks its choice into the next (CUDA only);

@@ -2,7 +2,7 @@
 
 The time-embedding MLP (256->5120, 5120->5120) and the time projection (5120->30720) run with one row
 per latent frame, M=3. Such a call is pure weight streaming: 30720x5120 bf16 = 315 MB read for 3 rows,
-about 66 us at 4.8 TB/s, whatever the kernel (DOMAIN.md section 2). Two levers (section 5):
+about 66 us at 4.8 TB/s, whatever the kernel (docs/domain.md section 2). Two levers (section 5):
 
 - `batched(k)`: the rows of k calls that share the weight stacked into one GEMM, [3k, K] @ W^T + b, so
   the weight is read once per k calls. The first call's rows are the workload's own; the other k-1

@@ -26,7 +26,7 @@ SOURCE_LABELS: dict[str, str] = {
     SOURCE_CPU_ESTIMATE: "cpu estimate",
     SOURCE_TORCH_CUDA_TRACE: "trace estimate",
 }
-# The GPU the shipped report was profiled on (DOMAIN.md section 1); its cards record no environment.
+# The GPU the shipped report was profiled on (docs/domain.md section 1); its cards record no environment.
 REPORT_DEVICE = "H200"
 NOT_PROFILED = "not profiled"
 

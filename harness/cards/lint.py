@@ -1,4 +1,4 @@
-"""Find the report's defects (DOMAIN.md section 1) and offer a normalized view that fixes the safe ones.
+"""Find the report's defects (docs/domain.md section 1) and offer a normalized view that fixes the safe ones.
 
 Unit errors are found by cross-checks that the report carries itself, calibrated on the report:
 - a duration: `cycles_elapsed / dur_us` is the SM clock in MHz; the report's median clock is the

@@ -51,7 +51,7 @@ class Kernel:
 
     @property
     def damaged(self) -> bool:
-        """A kernel whose metrics were lost (see DOMAIN.md: text between `<` and `>` was cut)."""
+        """A kernel whose metrics were lost (see docs/domain.md: text between `<` and `>` was cut)."""
         return self.metrics is None
 
     def metric(self, name: str) -> float | None:
@@ -164,7 +164,7 @@ class Report:
     def card(self, card_id: str) -> Card:
         """The card with this id, or with this id plus its `-xxxxxx` hash suffix when exactly one has it.
 
-        The suffix only tells apart cards of one group (DOMAIN.md: `group` is not unique), so an id
+        The suffix only tells apart cards of one group (docs/domain.md: `group` is not unique), so an id
         typed without it is accepted when it names one card, and answered with the candidates when it
         names several; any other miss lists the most similar ids first.
         """

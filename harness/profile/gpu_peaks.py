@@ -3,7 +3,7 @@
 Every throughput peak says where it came from, because a roofline is only as honest as its
 denominator:
 - "datasheet": NVIDIA's published dense number (the with-sparsity figures halved);
-- "practical": what DOMAIN.md gives as reachable on the report's H200 (bf16 GEMM on random data,
+- "practical": what docs/domain.md gives as reachable on the report's H200 (bf16 GEMM on random data,
   TF32 as half of it, device-to-device copy);
 - "measured": a peak the user measured on their machine; it wins over both.
 
@@ -37,7 +37,7 @@ _H100_DS = "NVIDIA H100 Tensor Core GPU datasheet (dense: with-sparsity figures 
 _H200_DS = "NVIDIA H200 Tensor Core GPU datasheet (dense: with-sparsity figures halved)"
 _A100_DS = "NVIDIA A100 Tensor Core GPU datasheet (dense: with-sparsity figures halved)"
 _H200_PRACTICAL = (
-    "DOMAIN.md: practical H200 peaks of the report's rooflines (bf16 GEMM measured on random "
+    "docs/domain.md: practical H200 peaks of the report's rooflines (bf16 GEMM measured on random "
     "data, TF32 about half of it, device-to-device copy measured)"
 )
 

@@ -22,7 +22,7 @@ from harness.cards.selection_messages import no_card_message
 PACKAGE = Path(__file__).resolve().parents[2] / "harness"
 RAW = json.loads(default_report_path().read_text(encoding="utf-8"))
 CLEAN_CARD = "dit-480-linear-m4680n5120k5120-8f26a7"  # one GEMM kernel, no defect (its lint column is 0)
-MS_CARD = "vae-480-conv3d-96to96k333t6-13c157"  # durations written in ms (DOMAIN.md's unit defect)
+MS_CARD = "vae-480-conv3d-96to96k333t6-13c157"  # durations written in ms (docs/domain.md's unit defect)
 
 
 def _one_error_line(err: str) -> str:

@@ -211,7 +211,7 @@ def test_h200_keeps_datasheet_and_practical_peaks():
     peaks = lookup("NVIDIA H200")
     bf16 = peaks.peak("bf16_tflops")
     assert (bf16.value, bf16.source, bf16.unit) == (790.0, PRACTICAL, "TFLOP/s")
-    assert "DOMAIN.md" in bf16.reference
+    assert "docs/domain.md" in bf16.reference
     assert peaks.datasheet["bf16_tflops"] == 989.4
     assert peaks.peak("tf32_tflops").value == 395.0
     assert peaks.peak("fp16_tflops").source == DATASHEET  # no practical fp16 number given
@@ -270,7 +270,7 @@ def test_roofline_math():
     assert out["sm_pct"] == pytest.approx(flops / 1.5e-3 / 790e12 * 100)
     assert out["tensor_pct"] == out["sm_pct"]
     assert out["dram_pct"] == pytest.approx(3 * 8192 * 8192 * 2 / 1.5e-3 / 4.3e12 * 100)
-    # The M=3 time projection of DOMAIN.md: 315 MB of weights in 66 us at 4.8 TB/s datasheet.
+    # The M=3 time projection of docs/domain.md: 315 MB of weights in 66 us at 4.8 TB/s datasheet.
     weights = 30720 * 5120 * 2
     ds = lookup("NVIDIA H200").datasheet
     assert weights / 66e-6 / (ds["dram_tbps"] * 1e12) * 100 == pytest.approx(99.3, abs=0.1)
