@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from harness.cards.fields import UNRESOLVED
 from harness.cards.html import render_index_html
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, load_report, write_json_atomic, write_text_atomic
@@ -48,14 +49,16 @@ def candidate_experiments(configs: Mapping[str, Mapping[str, Any]]) -> dict[str,
 
 
 def plan_auto(cards: list[Card], experiments: Mapping[str, Experiment]) -> AutoPlan:
+    """Each card to the experiments that take its op kind and claim its class. A card the rules leave
+    without a class (the report lost its kernel times) is as unresolved as one no rule decides: its
+    op's experiments that claim unresolved cards take it, stall_breakdown among them."""
     plan = AutoPlan()
     for card in cards:
-        if card.primary is None:
-            plan.unmatched[card.id] = "the card has no class (no timed kernel in the report)"
-            continue
-        matched = [name for name, e in experiments.items() if e.applies_to(card.op_kind) and card.primary in e.classes]
+        wanted = card.primary or UNRESOLVED
+        matched = [name for name, e in experiments.items() if e.applies_to(card.op_kind) and wanted in e.classes]
         if not matched:
-            plan.unmatched[card.id] = f"no experiment claims {card.op_kind} cards of class {card.primary}"
+            plan.unmatched[card.id] = (f"no experiment claims {card.op_kind} cards of class {card.primary}"
+                                       if card.primary else f"no experiment claims unclassified {card.op_kind} cards")
         for name in matched:
             plan.by_experiment.setdefault(name, []).append(card)
     return plan
@@ -101,7 +104,8 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, options: l
              "| card | class | experiments |", "|---|---|---|"]
     for card in cards:
         names = [n for n, chosen in plan.by_experiment.items() if card in chosen]
-        lines.append(f"| `{card.id}` | {card.primary} | {', '.join(names) or plan.unmatched.get(card.id, '')} |")
+        lines.append(f"| `{card.id}` | {card.primary or 'no class'} | "
+                     f"{', '.join(names) or plan.unmatched.get(card.id, '')} |")
     lines += ["", "Sub-runs:", *sections, "",
               render_end_to_end(report, results, measured_on, str(cfg.get("report_device") or "H200"))]
     text = "\n".join(lines) + "\n"

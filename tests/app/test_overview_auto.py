@@ -111,7 +111,9 @@ def test_auto_matches_experiments_to_classes(report):
     assert cards[1] in plan.by_experiment["vae_channels_last"]  # partial_wave_tail conv3d
     assert all(cards[1] not in chosen for name, chosen in plan.by_experiment.items()
                if not experiments[name].applies_to("conv3d"))
-    assert "no class" in plan.unmatched[cards[2].id]  # the FA2 card has no timed kernel
+    # The FA2 card has no timed kernel, so no class: it goes where unresolved attention cards go.
+    assert cards[2].primary is None and cards[2].id not in plan.unmatched
+    assert cards[2] in plan.by_experiment["stall_breakdown"] and cards[2] in plan.by_experiment["attention_backends"]
 
 
 @pytest.mark.slow
