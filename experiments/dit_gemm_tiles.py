@@ -35,7 +35,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from harness.cards.fields import COMPUTE_BOUND, PARTIAL_WAVE_TAIL
+from harness.cards.fields import COMPUTE_BOUND, L2_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL
 from harness.correctness import unit_roundoff
 from harness.experiment import Experiment, Prepared, VariantSkipped
 from harness.profile.occupancy import SmLimits
@@ -56,9 +56,10 @@ EXPERIMENT = Experiment(
     op_kinds=("linear",),
     hypothesis="another GEMM kernel or tile (cuBLAS vs cuBLASLt, a searched Triton tile, Inductor "
     "max-autotune; on a CPU float32 sgemm instead of emulated bf16, or a pre-transposed weight) raises "
-    "effective TFLOP/s at the same nominal FLOPs",
+    "effective TFLOP/s at the same nominal FLOPs; for an L2-bound linear, the tile and its group size are the "
+    "blocking that changes reuse",
     check="effective_flops",
-    classes=(COMPUTE_BOUND, PARTIAL_WAVE_TAIL),
+    classes=(COMPUTE_BOUND, PARTIAL_WAVE_TAIL, L2_BANDWIDTH_BOUND),
     workload_dtype="bfloat16",
 )
 

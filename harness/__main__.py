@@ -138,7 +138,9 @@ def app(cfg: DictConfig) -> float | None:
         except KeyboardInterrupt as stop:
             _stopped(run_dir, stop)
         print(summary)
-        print(f"outputs: {run_dir}  (summary.md, and one sub-run folder per experiment)")
+        made = ("plan.json, plan.md; nothing measured" if (config.get("auto") or {}).get("plan_only")
+                else "summary.md, and one sub-run folder per experiment")
+        print(f"outputs: {run_dir}  ({made})")
         return None
     try:
         ctx, outcomes = execute(config, run_dir)

@@ -17,11 +17,12 @@ from typing import Any, Callable, Mapping
 from harness.cards.fields import UNRESOLVED
 from harness.cards.html import render_index_html
 from harness.cards.lint import lint_report
-from harness.cards.model import Card, load_report, write_json_atomic, write_text_atomic
+from harness.cards.model import Card, Report, load_report, write_json_atomic, write_text_atomic
 from harness.cards.rules import RuleSet, classify_report
 from harness.environment import resolve_device
 from harness.experiment import Experiment, ExperimentError, load_experiment
 from harness.overview import CardResult, render_end_to_end
+from harness.provenance import report_sha256
 from harness.run import RunError, card_results, execute
 from harness.selection import SelectionError, pick_cards
 
@@ -89,6 +90,8 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, options: l
         raise RunError(f"cards={selector} selects no card of {cfg.get('report') or 'the shipped report'}")
     plan = plan_auto(cards, experiments)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if (cfg.get("auto") or {}).get("plan_only"):
+        return write_plan(report, experiments, cards, run_dir, report_sha256(cfg.get("report")))
     results: list[CardResult] = []
     sections: list[str] = []
     measured_on = "this machine"
@@ -115,4 +118,34 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, options: l
     write_json_atomic(run_dir / "run.json", {
         "experiments": {n: [c.id for c in chosen] for n, chosen in plan.by_experiment.items()},
         "unmatched": plan.unmatched, "wall_s": time.perf_counter() - started})
+    return text
+
+
+def plan_entries(report: Report, experiments: Mapping[str, Experiment], selected: list[Card]) -> list[dict[str, Any]]:
+    """One entry per card of the report: its class and proposal, the experiments that test it, and
+    whether this run's selection would run them."""
+    every = plan_auto(report.cards, experiments)
+    chosen = {card.id for card in selected}
+    return [{"card": card.id, "class": card.primary, "proposal": card.counter_experiment,
+             "experiments": [name for name, cards in every.by_experiment.items() if card in cards],
+             "selected": card.id in chosen, "reason": every.unmatched.get(card.id)}
+            for card in report.cards]
+
+
+def write_plan(report: Report, experiments: Mapping[str, Experiment], selected: list[Card], run_dir: Path,
+               sha256: str) -> str:
+    """plan.json and plan.md (`auto.plan_only=true`): what auto would run, for every card; nothing measured."""
+    entries = plan_entries(report, experiments, selected)
+    write_json_atomic(run_dir / "plan.json", {"report_sha256": sha256, "cards": entries})
+    covered = sum(1 for e in entries if e["experiments"])
+    lines = ["# auto plan: the experiments that test each card's proposal", "",
+             f"{covered} of {len(entries)} cards have at least one experiment; {sum(e['selected'] for e in entries)} "
+             "are selected by this run's `cards=` (run them without `auto.plan_only=true`). Nothing was measured.", "",
+             "| card | class | proposal | experiments | selected |", "|---|---|---|---|---|"]
+    for e in entries:
+        names = ", ".join(e["experiments"]) or f"none: {e['reason']}"
+        lines.append(f"| `{e['card']}` | {e['class'] or 'no class'} | {e['proposal'] or ''} | {names} | "
+                     f"{'yes' if e['selected'] else 'no'} |")
+    text = "\n".join(lines) + "\n"
+    write_text_atomic(run_dir / "plan.md", text)
     return text

@@ -137,6 +137,7 @@ SCHEMA: dict[str, dict[str, Check]] = {
         "same_band": mapping,
         "cpu_threads": integer(1, nullable=True),
     },
+    "auto": {"plan_only": boolean},
     "timing.same_band": {"cpu": number(0, 1, low_open=True, high_open=True),
                          "cuda": number(0, 1, low_open=True, high_open=True)},
     "workload": {
@@ -148,7 +149,7 @@ SCHEMA: dict[str, dict[str, Check]] = {
     },
 }
 # Sections whose keys must all be known (the shipped configs' keys, plus SCHEMA's).
-CLOSED = ("experiment", "experiment.correctness", "search", "timing", "timing.same_band", "workload", "workload.attention",
+CLOSED = ("auto", "experiment", "experiment.correctness", "search", "timing", "timing.same_band", "workload", "workload.attention",
           "workload.cast", "inputs", "profiler")
 
 

@@ -155,3 +155,39 @@ def test_a_cast_best_json_is_lint_clean_and_carries_its_shape_to_the_next_round(
                 "cards=[output-480-cast-f18982]", "search.n_trials=1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert load_report(second / "baseline.json").cards[0].extra["workload"]["original_shape"]["shape"][2] == 9
+
+
+def test_the_plan_covers_every_card_of_the_shipped_report_and_of_another(report):
+    from harness.auto import plan_entries
+
+    configs = {p.stem: p for p in (CONF / "experiment").glob("*.yaml") if p.stem not in ("auto", "reprofile")}
+    import yaml
+
+    experiments = candidate_experiments({name: yaml.safe_load(path.read_text()) for name, path in configs.items()})
+    selected = report.cards[:2]
+    entries = plan_entries(report, experiments, selected)
+    assert [e["card"] for e in entries] == [c.id for c in report.cards]  # one entry per card, 69
+    uncovered = [e["card"] for e in entries if not e["experiments"]]
+    assert uncovered == []
+    assert [e["selected"] for e in entries[:3]] == [True, True, False]
+    by_id = {e["card"]: e for e in entries}
+    k144 = by_id["dit-480-linear-m4680n5120k144-500175"]
+    assert k144["proposal"] == report.card(k144["card"]).counter_experiment
+    fa2 = by_id["attention-480-fa2-self-4680of29640-42c686"]
+    assert fa2["class"] is None and "stall_breakdown" in fa2["experiments"]
+
+
+@pytest.mark.slow
+def test_plan_only_writes_the_plan_and_measures_nothing(tmp_path):
+    import json
+
+    from tests.app.test_run import _run
+
+    proc = _run(tmp_path, "experiment=auto", "auto.plan_only=true")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert len(plan["cards"]) == 69 and len(plan["report_sha256"]) == 64
+    assert all(e["experiments"] for e in plan["cards"])
+    assert "69 of 69 cards have at least one experiment" in (tmp_path / "plan.md").read_text()
+    assert not (tmp_path / "optuna.db").exists() and not any(p.is_dir() for p in tmp_path.iterdir()
+                                                              if p.name != ".hydra")
