@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from harness.cards.diff import CardDiff, card_time_us, speedup_text
+from harness.cards.diff import CardDiff, card_time_us, speedup_text, verdict_text
 from harness.cards.model import Card, Report
 
 FASTER = "FASTER"
@@ -84,10 +84,11 @@ def render_end_to_end(report: Report, results: list[CardResult], measured_on: st
         f"Speedups measured on {measured_on}. A saving is projected onto the report's card times only for "
         f"an adopted win (feasible, confirmed FASTER, fair) measured on the report's GPU ({report_device}, "
         "setting `report_device`) at workload scale 1; elsewhere the measured speedup is shown and the saving "
-        "reads \"not projected\". Shares are of the report's summed card times (it gives no call counts).",
+        "reads \"not projected\". Report us: the report card's kernel-duration sum per invocation (one call of "
+        "that op at that shape); shares are of these sums (the report gives no call counts).",
         "",
         "| card | stage | report us | share of stage | share of resolution | experiment: variant | speedup | "
-        "time | check | saves us |",
+        "time verdict (what decided it) | check | saves us |",
         "|---|---|---:|---:|---:|---|---:|---|---|---:|",
     ]
     saved: dict[tuple[str, str], float] = defaultdict(float)
@@ -115,7 +116,8 @@ def render_end_to_end(report: Report, results: list[CardResult], measured_on: st
         lines.append(
             f"| `{card_id}` | {card.stage} | {us:.1f} | {share_stage:.1%} | {share_res:.1%} | "
             f"{result.experiment}: {result.variant or 'none'} | {speedup_text(d) if d else 'n/a'} | "
-            f"{d.timing_verdict if d else 'n/a'} | {d.verdict if d else 'n/a'} | {saving_text} |"
+            f"{verdict_text(d.timing_verdict, d.verdict_numbers) if d else 'n/a'} | {d.verdict if d else 'n/a'} | "
+            f"{saving_text} |"
         )
     if reasons:
         lines += ["", "Not projected: " + "; ".join(sorted(reasons)) + "."]

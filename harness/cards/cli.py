@@ -16,10 +16,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from harness.cards.diff import ReportDiff, diff_reports, render_markdown
+from harness.cards.diff import ReportDiff, comparison_note, diff_reports, render_markdown, side_name
 from harness.cards.fields import UNRESOLVED
 from harness.cards.lint import SEVERITIES, LintResult, exit_status, lint_report
 from harness.cards.lint_text import finding_line, render, shorten
+from harness.cards.measures import (
+    KERNEL_SUM_BASIS,
+    TIMING_BASIS,
+    calls_per_invocation,
+    kernel_sum_us,
+    timing_median_us,
+)
 from harness.cards.model import Card, Report, ReportError, load_report, save_report, write_json_atomic, write_text_atomic
 from harness.cards.rules import RuleSet, classify_report
 
@@ -124,11 +131,6 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _card_time(card: Card) -> float | None:
-    known = [k.metric("dur_us") for k in card.kernels if k.metric("dur_us") is not None]
-    return card.summed_kernel_us if card.summed_kernel_us is not None else (sum(known) if known else None)
-
-
 def _marked(text: str, corrected: bool) -> str:
     return text + CORRECTED if corrected else text
 
@@ -148,26 +150,52 @@ def _show_table(report: Report, normalized: Report, result: LintResult) -> None:
     flags: dict[str, list[str]] = {}
     for finding in result.findings:
         flags.setdefault(finding.card, []).append(finding.severity)
+    # A measured card has two times that differ (wall clock vs the profiler's kernels): one column each,
+    # named by its basis; a report of profiler cards only has the kernel sum.
+    timed = any(timing_median_us(card) is not None for card in normalized.cards)
     rows, marked = [], False
     for stored, card in zip(report.cards, normalized.cards):
-        corrected = _card_time(card) != _card_time(stored)
+        corrected = kernel_sum_us(card) != kernel_sum_us(stored)
         marked |= corrected
         severities = flags.get(card.id, [])
         worst = next((s for s in SEVERITIES if s in severities), None)
+        times = [_fmt(_timing_per_call_us(card))] if timed else []
         rows.append([
-            card.id, card.resolution or "-", _marked(_fmt(_card_time(card)), corrected), stored.primary or "(none)",
-            card.primary or f"(no class: {no_class_reason(card)})", str(len(card.kernels)),
+            card.id, card.resolution or "-", *times, _marked(_fmt(kernel_sum_us(card)), corrected),
+            stored.primary or "(none)", card.primary or f"(no class: {no_class_reason(card)})", str(len(card.kernels)),
             f"{len(severities)} ({worst})" if worst else "0",
         ])
-    print(_table(rows, ["card", "resolution", "time_us", "stored primary", "rules (normalized)",
-                        "kernels", "lint (worst)"]))
-    print(f"\n{len(rows)} cards from {report.source}. `show REPORT CARD` for one card's kernels.")
+    print(_table(rows, ["card", "resolution", *(["time_us"] if timed else []), "kernels_us", "stored primary",
+                        "rules (normalized)", "kernels", "lint (worst)"]))
+    print(("\ntime_us: " + TIMING_BASIS + "; " if timed else "\n") + f"kernels_us: {KERNEL_SUM_BASIS}.")
+    print(f"{len(rows)} cards from {report.source}. `show REPORT CARD` for one card's kernels.")
     if marked:
         print(LEGEND)
 
 
+def _timing_per_call_us(card: Card) -> float | None:
+    median = timing_median_us(card)
+    return median / calls_per_invocation(card) if median is not None else None
+
+
+def _time_lines(stored: Card, card: Card, corrected: bool) -> list[str]:
+    """A measured card's time is its timing median per original call; its kernel sum is labelled as such."""
+    calls = calls_per_invocation(card)
+    kernels = kernel_sum_us(card)
+    kernel_text = (f"{_marked(_fmt(kernels, 3), corrected)} us ({KERNEL_SUM_BASIS}"
+                   + (f"; {_fmt(kernels / calls, 3)} us per original call over {calls} calls"
+                      if calls > 1 and kernels is not None else "")
+                   + f"; stored summed_kernel_us {_fmt(stored.summed_kernel_us, 3)})")
+    median = timing_median_us(card)
+    if median is None:  # a report card: the profiler's kernels are all it has
+        return [f"time       {kernel_text}"]
+    calls_text = f"median_us {_fmt(median, 3)} / {calls} calls" if calls > 1 else "one call per invocation"
+    return [f"time       {_fmt(median / calls, 3)} us ({TIMING_BASIS}; {calls_text})",
+            f"kernels    {kernel_text}"]
+
+
 def _show_card(stored: Card, card: Card, result: LintResult) -> None:
-    time_corrected = _card_time(card) != _card_time(stored)
+    time_corrected = kernel_sum_us(card) != kernel_sum_us(stored)
     print(f"card       {card.id}\ngroup      {card.group}\nstage      {card.stage}   op {card.op}   "
           f"resolution {card.resolution}")
     print(f"shape      {json.dumps(card.shape_parameters)}")
@@ -177,8 +205,7 @@ def _show_card(stored: Card, card: Card, result: LintResult) -> None:
             print(f"rebuilt    {json.dumps(rebuilt.get('shape'))}: {rebuilt.get('why', '(no reason recorded)')}")
         else:
             print(f"rebuilt    {json.dumps(rebuilt)}")
-    print(f"time       {_marked(_fmt(_card_time(card), 3), time_corrected)} us "
-          f"(stored summed_kernel_us {_fmt(stored.summed_kernel_us, 3)})")
+    print("\n".join(_time_lines(stored, card, time_corrected)))
     print(f"primary    stored {stored.primary or '(none)'}; rules on normalized metrics "
           f"{card.primary or f'(no class: {no_class_reason(card)})'}")
     print(f"dominant   {shorten(card.dominant_kernel, 100)}")
@@ -202,6 +229,9 @@ def _show_card(stored: Card, card: Card, result: LintResult) -> None:
         rows.append(cells + [kernel.classification or "-"])
     print()
     print(_table(rows, ["kernel"] + fields + ["class"]))
+    calls = calls_per_invocation(card)
+    print("(metrics per kernel and invocation" + (f"; one invocation serves {calls} original calls)" if calls > 1
+                                                  else ")"))
     if marked:
         print(LEGEND)
     notes = [f for f in result.findings if f.card == card.id]
@@ -218,26 +248,30 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     diff = diff_reports(before, after)
     if not diff.cards:
         raise CliError(f"{args.before} and {args.after} share no card id; nothing to compare")
+    # Named by each side's folder, experiment and variant: two best.json files are otherwise indistinguishable.
+    title = f"{side_name(before, args.before)} vs {side_name(after, args.after)}"
+    note = comparison_note(before, after)
+    markdown = render_markdown(diff, title, note)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(render_markdown(diff), encoding="utf-8")
+        Path(args.out).write_text(markdown, encoding="utf-8")
     if args.html:
-        _write_diff_html(diff, before, after, args)
+        _write_diff_html(diff, before, after, args, title, note)
     if args.json:
-        print(json.dumps(diff.as_dict(), indent=1))
+        print(json.dumps({"title": title, "comparison": note, **diff.as_dict()}, indent=1))
     else:
-        print(render_markdown(diff))
+        print(markdown)
     return 0
 
 
-def _write_diff_html(diff: ReportDiff, before: Report, after: Report, args: argparse.Namespace) -> None:
+def _write_diff_html(diff: ReportDiff, before: Report, after: Report, args: argparse.Namespace, title: str,
+                     note: str) -> None:
     from harness.cards.html import render_diff_html  # matplotlib: only when asked
 
     target = Path(args.html)
     if target.is_dir():  # before rendering: a page of many cards takes seconds
         raise CliError(f"{target}: is a directory; give a file name, e.g. {target / 'diff.html'}")
-    page = render_diff_html(diff, before, after,
-                            title=f"Before/after card diff: {Path(args.before).name} vs {Path(args.after).name}")
+    page = render_diff_html(diff, before, after, title=title, note=note)
     try:
         write_text_atomic(target, page)
     except (FileExistsError, NotADirectoryError):

@@ -1,7 +1,9 @@
 """Before/after diff of cards: time, class transition, kernels by family, named metrics, verdicts.
 
 Two verdicts, kept apart:
-- `timing_verdict`: FASTER / SLOWER / SAME by the stated noise rule (harness.cards.noise);
+- `timing_verdict`: for measured cards the paired-rounds verdict (a Student's t interval on the log
+  ratios of the confirm rounds against the SAME band, harness.cards.noise.paired_verdict), UNCONFIRMED
+  without such rounds; for report cards (kernel sums, one sample a side) SAME within the threshold;
 - `verdict`: does the counter-experiment's own check hold? "yes" / "no" / "not measurable", with
   the numbers in `verdict_detail`. The check is the one the before card's class proposes, unless the
   experiment names its own (see CHECKS).
@@ -11,7 +13,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
 from harness.cards.fields import (
     COMPUTE_BOUND,
@@ -24,13 +27,18 @@ from harness.cards.fields import (
 from harness.cards.card_check import JUDGES, CardCheck, judge_card_check, time_fell
 from harness.cards.labels import class_source, flag_over_peak, transition
 from harness.cards.measures import (
+    KERNEL_SUM_BASIS,
+    KERNEL_SUM_PER_CALL_BASIS,
     NO,
     NOT_MEASURABLE,
+    TIMING_BASIS,
     YES,
     calls_per_invocation,
     card_time_us,
     dominant_metric,
+    kernel_sum_us,
     sum_metric,
+    time_basis,
 )
 from harness.cards.model import Card, Report
 from harness.cards.noise import DEFAULT_THRESHOLD, timing_verdict
@@ -66,12 +74,11 @@ def kernel_family(name: str) -> str:
 
 
 def _families(card: Card) -> dict[str, float]:
-    """Kernel time by family, per original call of the op (a batched invocation's time / its calls)."""
-    calls = calls_per_invocation(card)
+    """Kernel-duration sum by family, per invocation (as profiled; a batched invocation serves several calls)."""
     out: dict[str, float] = {}
     for kernel in card.kernels:
         family = kernel_family(kernel.name)
-        out[family] = out.get(family, 0.0) + (kernel.metric("dur_us") or 0.0) / calls
+        out[family] = out.get(family, 0.0) + (kernel.metric("dur_us") or 0.0)
     return out
 
 
@@ -165,6 +172,8 @@ class CardDiff:
     class_after: str | None
     kernels_added: list[str]
     kernels_removed: list[str]
+    # {family, before_us, after_us}: kernel-duration sums per invocation (KERNEL_SUM_BASIS); divide by
+    # `calls` for per original call.
     kernels_matched: list[dict[str, Any]]
     metric_deltas: dict[str, dict[str, float | None]]
     hypothesis: str
@@ -177,6 +186,14 @@ class CardDiff:
     # How the time verdict was reached: the paired rounds' interval and band, or why there is none.
     speedup_ci: list[float] | None = None
     verdict_rule: str = ""
+    # The SAME band the verdict was judged against (relative: 0.05 is [1/1.05, 1.05]; None: no band
+    # decided it), and the row's short account of the numbers that decided it.
+    same_band: float | None = None
+    verdict_numbers: str = ""
+    # The profiler's kernel-duration sums per invocation {before, after}, and each side's original
+    # calls per invocation (a batched variant's k): a second, differently labelled quantity beside the time.
+    kernel_sum_us: dict[str, float | None] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
     # The after side's variant {experiment, name, params, label}, and whether it was adopted
     # (None: not a run's baseline-vs-best comparison, e.g. a baseline-only run or two stored reports).
     variant: dict[str, Any] | None = None
@@ -239,10 +256,39 @@ def _fairness(before: Card, after: Card) -> tuple[bool, str]:
     return True, "same machine"
 
 
+def band_text(band: float) -> str:
+    """The SAME band in speedup space: '[0.952, 1.05]' for 5%."""
+    return f"[{1 / (1 + band):.3g}, {1 + band:.3g}]"
+
+
+@dataclass(frozen=True)
+class TimeVerdict:
+    verdict: str | None
+    speedup: float | None
+    ci: list[float] | None
+    band: float | None  # the SAME band that decided, None when none did
+    rule: str  # the rule as applied, with its numbers (the row's `verdict_rule`)
+    numbers: str  # the decisive comparison in a few words, for a table cell (the row's `verdict_numbers`)
+
+
+def _paired_numbers(verdict: str, band: float, confidence: float) -> str:
+    position = {"FASTER": "above", "SLOWER": "below", "SAME": "inside"}.get(verdict)
+    interval = f"{confidence:.0%} CI"
+    if position is None:  # INCONCLUSIVE: the interval straddles a band edge
+        return f"{interval} across an edge of the SAME band {band_text(band)}"
+    return f"whole {interval} {position} the SAME band {band_text(band)}"
+
+
+def runs_differ(before: Card, after: Card) -> bool:
+    """Both cards name the run that measured them, and the runs differ: never timed together."""
+    run_b = (before.extra.get("harness") or {}).get("run")
+    run_a = (after.extra.get("harness") or {}).get("run")
+    return run_b is not None and run_a is not None and run_b != run_a
+
+
 def _time_verdict(before: Card, after: Card, both_timed: bool, before_us: float | None, after_us: float | None,
-                  threshold: float, confirmation: dict[str, Any] | None
-                  ) -> tuple[str | None, float | None, list[float] | None, str]:
-    """(verdict, speedup, 95% interval, the rule as applied) for one before/after pair.
+                  threshold: float, confirmation: dict[str, Any] | None) -> TimeVerdict:
+    """The time verdict of one before/after pair, with the rule and the numbers that decided it.
 
     Measured cards are judged only by their paired confirm rounds (harness.cards.noise.paired_verdict);
     without them the verdict is UNCONFIRMED, since two timings taken apart cannot rule out drift.
@@ -250,18 +296,32 @@ def _time_verdict(before: Card, after: Card, both_timed: bool, before_us: float 
     """
     speedup = before_us / after_us if before_us and after_us else None
     if confirmation is not None:
-        ci = confirmation.get("ci")
-        return (confirmation["verdict"], confirmation.get("speedup") or speedup, list(ci) if ci else None,
-                confirmation.get("rule") or "")
+        ci, band = confirmation.get("ci"), confirmation.get("band")
+        verdict = confirmation["verdict"]
+        if ci and isinstance(band, (int, float)):
+            numbers = _paired_numbers(verdict, float(band), float(confirmation.get("confidence") or 0.95))
+        else:
+            numbers, band = "no paired rounds: ratio of the timing medians", None
+        return TimeVerdict(verdict, confirmation.get("speedup") or speedup, list(ci) if ci else None, band,
+                           confirmation.get("rule") or "", numbers)
     if before_us is None or not before_us or after_us is None:
-        return None, speedup, None, "no times to compare"
+        return TimeVerdict(None, speedup, None, None, "no times to compare", "no times to compare")
+    if both_timed and runs_differ(before, after):
+        return TimeVerdict("UNCONFIRMED", speedup, None, None,
+                           "UNCONFIRMED: the two cards come from different runs and were never timed together; "
+                           "the ratio of their timing medians is shown, nothing adopted",
+                           "different runs, never timed together: ratio of the timing medians")
     if both_timed:
-        return ("UNCONFIRMED", speedup, None,
-                "UNCONFIRMED: the two sides were not timed in paired rounds (timing.confirm_rounds=0, the "
-                "confirm failed, or they come from different runs); the ratio of medians is shown, nothing adopted")
+        return TimeVerdict("UNCONFIRMED", speedup, None, None,
+                           "UNCONFIRMED: the two sides were not timed in paired rounds (timing.confirm_rounds=0 or "
+                           "the confirm failed); the ratio of the timing medians is shown, nothing adopted",
+                           "no paired rounds: ratio of the timing medians")
     verdict = timing_verdict(before_us, after_us, None, None, threshold=threshold)
-    return verdict, speedup, None, (f"{verdict}: kernel-duration sums differ by {after_us / before_us - 1:+.1%}; "
-                                    f"SAME within +/-{threshold:.0%} (one sample per side: no interval)")
+    change = after_us / before_us - 1
+    return TimeVerdict(verdict, speedup, None, threshold,
+                       f"{verdict}: kernel-duration sums differ by {change:+.1%}; SAME within +/-{threshold:.0%} "
+                       f"(one sample per side: no interval)",
+                       f"kernel sums {change:+.1%}, SAME band +/-{threshold:.0%}")
 
 
 def diff_cards(
@@ -279,8 +339,8 @@ def diff_cards(
     both_timed = all(isinstance(c.extra.get("timing"), dict) for c in (before, after))
     before_us, after_us = card_time_us(before, both_timed), card_time_us(after, both_timed)
     confirmation = confirmation or confirmation_between(before, after)
-    verdict_t, speedup, ci, rule = _time_verdict(before, after, both_timed, before_us, after_us, threshold,
-                                                  confirmation)
+    timed = _time_verdict(before, after, both_timed, before_us, after_us, threshold, confirmation)
+    verdict_t = timed.verdict
     fb, fa = _families(before), _families(after)
     recorded = after.extra.get("harness") if isinstance(after.extra.get("harness"), dict) else {}
     check_name = check or recorded.get("check") or CHECK_FOR_CLASS.get(before.primary or UNRESOLVED,
@@ -298,9 +358,8 @@ def diff_cards(
         card=after.id if after.id == before.id else f"{before.id} -> {after.id}",
         before_us=before_us,
         after_us=after_us,
-        speedup=speedup,
-        time_basis=("timing median per original call" if both_timed
-                    else "sum of kernel durations per original call"),
+        speedup=timed.speedup,
+        time_basis=_row_basis(before, after, both_timed),
         timing_verdict=verdict_t,
         class_before=before.primary,
         class_after=after.primary,
@@ -314,8 +373,12 @@ def diff_cards(
         check=check_name,
         fair=fair,
         fairness_note=note,
-        speedup_ci=ci,
-        verdict_rule=rule,
+        speedup_ci=timed.ci,
+        verdict_rule=timed.rule,
+        same_band=timed.band,
+        verdict_numbers=timed.numbers,
+        kernel_sum_us={"before": kernel_sum_us(before), "after": kernel_sum_us(after)},
+        calls={"before": calls_per_invocation(before), "after": calls_per_invocation(after)},
         variant=variant_of(after),
         adopted=adopted,
         variant_before=variant_of(before),
@@ -331,6 +394,15 @@ def diff_cards(
     if not fair:
         result.notes.append(note)
     return result
+
+
+def _row_basis(before: Card, after: Card, both_timed: bool) -> str:
+    """The basis of a row's before/after times (`card_time_us` with the same choice on both sides)."""
+    if both_timed:
+        return TIMING_BASIS
+    bases = {time_basis(before, prefer_timing=False), time_basis(after, prefer_timing=False)}
+    # A one-call card's sum per invocation is also its sum per original call: one label fits both.
+    return bases.pop() if len(bases) == 1 else KERNEL_SUM_PER_CALL_BASIS
 
 
 @dataclass
@@ -385,28 +457,65 @@ def adoption_text(d: CardDiff) -> str:
     return f"baseline kept: best tried {label}, {speedup_text(d)} {d.timing_verdict or 'n/a'}"
 
 
-def render_markdown(diff: ReportDiff, title: str = "Before/after card diff") -> str:
-    lines = [f"# {title}", ""]
-    lines.append("| card | before us | after us | speedup [95% CI] | time | class before -> after | variant | "
-                 "experiment's check | card's own check |")
+def verdict_text(verdict: str | None, numbers: str) -> str:
+    """A table cell: the time verdict with what decided it, 'SLOWER (whole 95% CI below the SAME band [...])'."""
+    return f"{verdict or 'n/a'} ({numbers})" if numbers else (verdict or "n/a")
+
+
+def kernel_sum_text(sums: Mapping[str, float | None], calls: Mapping[str, int]) -> str:
+    """'kernel-duration sum per invocation: 5190.67 -> 14451.64 us; per original call: 5190.67 -> 722.58 us (...)'.
+
+    The profiler's sums are per invocation; a batched side also gets its per-call value, labelled, so
+    that neither number is mistaken for the other or for the timing median."""
+    before, after = sums.get("before"), sums.get("after")
+    if before is None and after is None:
+        return ""
+    text = f"{KERNEL_SUM_BASIS}: {_fmt(before)} -> {_fmt(after)} us"
+    calls_b, calls_a = int(calls.get("before") or 1), int(calls.get("after") or 1)
+    if calls_b > 1 or calls_a > 1:
+        per_call_b = before / calls_b if before is not None else None
+        per_call_a = after / calls_a if after is not None else None
+        text += (f"; per original call: {_fmt(per_call_b)} -> {_fmt(per_call_a)} us ({calls_b} -> {calls_a} "
+                 f"calls per invocation)")
+    return text
+
+
+def basis_header(bases: set[str]) -> str:
+    """' (timing median per original call)' for a column whose rows share one basis; else where to find it."""
+    if len(bases) == 1:
+        return f" ({next(iter(bases))})"
+    return " (basis per card below)" if bases else ""
+
+
+# The time verdict as harness.cards.noise and _time_verdict implement it; every table's caption.
+VERDICT_RULE_TEXT = (
+    "Time verdict: measured cards of one run are judged on paired rounds, baseline and variant re-timed back "
+    "to back in ABBA order. The speedup is the geometric mean of the rounds' ratios (baseline / variant, per "
+    "original call), so it need not equal the ratio of the two timing medians shown; its 95% interval is "
+    "Student's t on the mean of the rounds' log ratios. FASTER or SLOWER when the whole interval lies above or "
+    "below the SAME band [1/(1+b), 1+b], SAME when it lies inside, INCONCLUSIVE when it straddles an edge; "
+    "UNCONFIRMED without paired rounds (so always for two runs' cards: never timed together). Report cards "
+    "(kernel-duration sums, one sample a side): SAME within the threshold. Each row names the interval and the "
+    "band that decided it."
+)
+
+
+def render_markdown(diff: ReportDiff, title: str = "Before/after card diff", intro: str = "") -> str:
+    lines = [f"# {title}", ""] + ([intro, ""] if intro else [])
+    basis = basis_header({d.time_basis for d in diff.cards})
+    lines.append(f"| card | before us{basis} | after us{basis} | speedup [95% CI] | time verdict (what decided it) | "
+                 "class before -> after | variant | experiment's check | card's own check |")
     lines.append("|---|---:|---:|---:|---|---|---|---|---|")
     for d in diff.cards:
         lines.append(
             f"| `{d.card}` | {_fmt(d.before_us)} | {_fmt(d.after_us)} | {speedup_text(d)} | "
-            f"{d.timing_verdict or 'n/a'} | {d.class_transition} | {adoption_text(d)} | {d.verdict} | "
-            f"{d.card_verdict} |"
+            f"{verdict_text(d.timing_verdict, d.verdict_numbers)} | {d.class_transition} | {adoption_text(d)} | "
+            f"{d.verdict} | {d.card_verdict} |"
         )
-    lines.append("")
-    lines.append(
-        "Time verdict: measured cards are judged on paired rounds of baseline and variant timed back to back "
-        "(ABBA order): the speedup is the geometric mean of the rounds' ratios with its 95% interval; FASTER "
-        "or SLOWER only when the whole interval lies outside the SAME band, SAME when it lies inside, "
-        "INCONCLUSIVE otherwise, UNCONFIRMED without paired rounds. Each card's line below states the rule "
-        "with its numbers. Times are per original call of the op."
-    )
+    lines += ["", VERDICT_RULE_TEXT]
     for d in diff.cards:
         lines += ["", f"## `{d.card}`", ""]
-        if d.variant_before and d.variant_before.get("label") and (d.variant_before != d.variant_after):
+        if d.variant_before and d.variant_before.get("label"):
             lines.append(f"- Before: `{d.variant_before['label']}` ({d.variant_before.get('experiment')})")
         if d.variant:
             lines.append(f"- {'After' if d.variant_before else 'Variant'}: `{d.variant['label']}` "
@@ -419,6 +528,8 @@ def render_markdown(diff: ReportDiff, title: str = "Before/after card diff") -> 
         lines.append(f"- Class: {d.class_transition}")
         lines.append(f"- Time ({d.time_basis}): {_fmt(d.before_us)} -> {_fmt(d.after_us)} us, "
                      f"{speedup_text(d)}: {d.verdict_rule or d.timing_verdict}")
+        if d.time_basis == TIMING_BASIS and (sums := kernel_sum_text(d.kernel_sum_us, d.calls)):
+            lines.append(f"- Kernels, the profiler's durations (not the time above): {sums}")
         if not d.fair:
             lines.append(f"- **{d.fairness_note}**")
         if d.kernels_removed:
@@ -426,14 +537,11 @@ def render_markdown(diff: ReportDiff, title: str = "Before/after card diff") -> 
         if d.kernels_added:
             lines.append(f"- Kernels added: {', '.join(f'`{k}`' for k in d.kernels_added)}")
         if d.kernels_matched:
-            lines.append("")
-            lines.append("| kernel family | before us (kernel sum per call) | after us (kernel sum per call) |")
-            lines.append("|---|---:|---:|")
-            for m in d.kernels_matched:
-                lines.append(f"| `{m['family']}` | {_fmt(m['before_us'])} | {_fmt(m['after_us'])} |")
+            lines += [""] + _kernel_table(d)
         if d.metric_deltas:
             lines.append("")
-            lines.append("| metric | before | after | delta |")
+            lines.append("| metric (kernel sums per original call; other metrics the dominant kernel's) | before | "
+                         "after | delta |")
             lines.append("|---|---:|---:|---:|")
             for name, values in d.metric_deltas.items():
                 lines.append(
@@ -447,3 +555,70 @@ def render_markdown(diff: ReportDiff, title: str = "Before/after card diff") -> 
     if diff.only_after:
         lines += ["", "Only in after: " + ", ".join(f"`{c}`" for c in diff.only_after)]
     return "\n".join(lines) + "\n"
+
+
+def _kernel_table(d: CardDiff) -> list[str]:
+    """Matched kernel families, per invocation as profiled; per original call too when a side batches calls."""
+    calls_b, calls_a = d.calls.get("before", 1), d.calls.get("after", 1)
+    batched = calls_b > 1 or calls_a > 1
+    header = f"| kernel family | before us ({KERNEL_SUM_BASIS}) | after us ({KERNEL_SUM_BASIS}) |"
+    rule = "|---|---:|---:|"
+    if batched:
+        header += f" before us per original call (/ {calls_b}) | after us per original call (/ {calls_a}) |"
+        rule += "---:|---:|"
+    lines = [header, rule]
+    for m in d.kernels_matched:
+        row = f"| `{m['family']}` | {_fmt(m['before_us'])} | {_fmt(m['after_us'])} |"
+        if batched:
+            row += f" {_fmt(m['before_us'] / calls_b)} | {_fmt(m['after_us'] / calls_a)} |"
+        lines.append(row)
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Naming the two sides of a diff of two files (the CLI's title and its note)
+
+
+MAX_NAMED_VARIANTS = 3  # a title naming more variants than this is unreadable; it counts them instead
+
+
+def side_name(report: Report, path: str | Path) -> str:
+    """'outputs/x (vae_channels_last: channels_last_3d)': a run's file by its folder (and its name unless it
+    is best.json), with the experiments and variants of its cards; a file of report cards by its path."""
+    variants: dict[str, list[str]] = {}
+    for card in report.cards:
+        found = variant_of(card)
+        if found is not None:
+            labels = variants.setdefault(str(found["experiment"]), [])
+            if found["label"] not in labels:
+                labels.append(found["label"])
+    path = Path(path)
+    if not variants:
+        return str(path)
+    where = str(path.parent) if path.name == "best.json" else str(path)
+    named = [f"{experiment}: " + (", ".join(labels) if len(labels) <= MAX_NAMED_VARIANTS else f"{len(labels)} variants")
+             for experiment, labels in variants.items()]
+    return f"{where} ({'; '.join(named)})"
+
+
+def comparison_note(before: Report, after: Report) -> str:
+    """What kind of comparison two files make, so that two runs' cards are never read as one run's before/after."""
+    runs_b, runs_a = _runs(before), _runs(after)
+    if not runs_b and not runs_a:
+        return ("Report cards compared: each time is the profiler's kernel-duration sum per invocation, one sample "
+                "per side.")
+    if not runs_b or not runs_a:
+        return ("A report's cards against a run's measured cards: the report has no timing, so the times compared "
+                "are kernel-duration sums; the measured side's timing median is not among them.")
+    if runs_b == runs_a and len(runs_b) == 1:
+        return (f"Cards of one run ({next(iter(runs_b))}): a time verdict comes from that run's paired confirm "
+                "rounds where the after card records them against this very baseline; otherwise UNCONFIRMED.")
+    return (f"Two runs' cards compared, not one run's before and after: before from {', '.join(sorted(runs_b))}, "
+            f"after from {', '.join(sorted(runs_a))}. Cards of different runs were never timed together, so "
+            "their time verdict is UNCONFIRMED and the speedup shown is the ratio of the two timing medians.")
+
+
+def _runs(report: Report) -> set[str]:
+    """The runs that measured a report's cards (their harness label's `run`)."""
+    labels = (card.extra.get("harness") for card in report.cards)
+    return {str(label["run"]) for label in labels if isinstance(label, dict) and label.get("run")}

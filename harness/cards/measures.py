@@ -20,17 +20,42 @@ def calls_per_invocation(card: Card) -> int:
     return int(calls) if isinstance(calls, int) and calls >= 1 else 1
 
 
+# The two kinds of time a card holds, named the same way in every table that prints one of them:
+# the harness's wall-clock timing (measured cards only) and the profiler's kernel durations. They
+# differ (launch gaps, host work, a profiler's own overhead), so a table says which one it shows.
+TIMING_BASIS = "timing median per original call"
+KERNEL_SUM_BASIS = "kernel-duration sum per invocation"
+KERNEL_SUM_PER_CALL_BASIS = "kernel-duration sum per original call (per invocation / calls)"
+
+
+def timing_median_us(card: Card) -> float | None:
+    """The harness's timing median of one invocation (extra.timing.median_us); None on a report card."""
+    timing = card.extra.get("timing")
+    median = timing.get("median_us") if isinstance(timing, dict) else None
+    return float(median) if isinstance(median, (int, float)) and not isinstance(median, bool) else None
+
+
+def kernel_sum_us(card: Card) -> float | None:
+    """The profiler's kernel durations of one invocation, summed (summed_kernel_us, else the kernels' dur_us)."""
+    if card.summed_kernel_us is not None:
+        return float(card.summed_kernel_us)
+    known = [d for d in (k.metric("dur_us") for k in card.kernels) if d is not None]
+    return sum(known) if known else None
+
+
 def card_time_us(card: Card, prefer_timing: bool = True) -> float | None:
     """Time per original call: the harness's timing median when asked and present, else the kernel sum."""
     calls = calls_per_invocation(card)
-    timing = card.extra.get("timing")
-    if prefer_timing and isinstance(timing, dict) and isinstance(timing.get("median_us"), (int, float)):
-        return float(timing["median_us"]) / calls
-    if card.summed_kernel_us is not None:
-        return float(card.summed_kernel_us) / calls
-    durations = [k.metric("dur_us") for k in card.kernels]
-    known = [d for d in durations if d is not None]
-    return sum(known) / calls if known else None
+    median = timing_median_us(card) if prefer_timing else None
+    total = median if median is not None else kernel_sum_us(card)
+    return total / calls if total is not None else None
+
+
+def time_basis(card: Card, prefer_timing: bool = True) -> str:
+    """What `card_time_us(card, prefer_timing)` returns, in the words every table uses."""
+    if prefer_timing and timing_median_us(card) is not None:
+        return TIMING_BASIS
+    return KERNEL_SUM_BASIS if calls_per_invocation(card) == 1 else KERNEL_SUM_PER_CALL_BASIS
 
 
 def kernel_value(kernel: Kernel, name: str) -> float | None:

@@ -24,10 +24,12 @@ as measured: the smallest N > n whose half-width t_{(1+c)/2, N-1} * sd / sqrt(N)
 distance from the mean to the nearest band edge, minus n; capped at MAX_MORE_ROUNDS (a mean sitting
 on an edge never decides). UNCONFIRMED, the fifth verdict, is given by callers that have no rounds.
 
-Plain (`timing_verdict`, for two stored timings without rounds): with medians b (before) and a
-(after) and relative spreads sb, sa (interquartile range over median; 0 when unknown), the change is
-SAME when |a - b| / b <= max(threshold, sb + sa); otherwise FASTER when a < b and SLOWER when a > b.
-The default threshold is 5%.
+Plain (`timing_verdict`), never the verdict of a measured card (those are UNCONFIRMED without
+rounds): the card diff uses it for report cards, whose kernel-duration sums are one sample a side, and
+passes no spreads, so the change is SAME within +/- the threshold (default 5%). In general, with
+medians b (before) and a (after) and relative spreads sb, sa (interquartile range over median; 0 when
+not given), the change is SAME when |a - b| / b <= max(threshold, sb + sa); otherwise FASTER when
+a < b and SLOWER when a > b.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
 import copy
+import html
 import json
 import subprocess
 import sys
@@ -8,8 +9,8 @@ import pytest
 from harness.cards.cli import main
 from harness.cards.diff import diff_cards, kernel_family
 from harness.cards.lint import normalize
-from harness.cards.model import save_report
-from harness.cards.noise import timing_verdict
+from harness.cards.model import Kernel, Report, save_report
+from harness.cards.noise import paired_verdict, timing_verdict
 from harness.cards.rules import classify_card
 
 
@@ -143,3 +144,106 @@ def test_cli_import_ncu_makes_classified_cards(tmp_path, capsys):
     assert kernel["metrics"]["dur_us"] == pytest.approx(21058.944)
     assert kernel["classification"] is not None and kernel["metrics_source"] == "ncu"
     assert main(["import-ncu", str(tmp_path / "missing.csv")]) == 2
+
+
+# -- diff of two runs' files: each side named, the after side's hypothesis, never a confirmed verdict -----
+
+VAE = "vae-704-conv3d-96to96k333t6-b28294"
+
+
+def _run_best(seed_report, run_dir, *, experiment, variant, params, check, hypothesis, median_us):
+    """A best.json card of one run: an adopted variant with its label and the FASTER verdict of its own rounds."""
+    card = copy.deepcopy(normalize(seed_report).card(VAE))
+    card.extra.update({
+        "harness": {"experiment": experiment, "variant": variant, "params": params, "role": "trial",
+                    "run": str(run_dir.resolve()), "hypothesis": hypothesis, "check": check},
+        "timing": {"median_us": median_us, "spread": 0.01},
+        "environment": {"device_name": "Planted CPU", "device_kind": "cpu", "hostname": "h"},
+    })
+    verdict = paired_verdict([100.0, 101.0, 100.5, 100.2], [50.0, 50.4, 50.1, 50.3], band=0.05)
+    card.extra["confirmation"] = {**verdict.as_dict(), "rule": verdict.describe()}
+    run_dir.mkdir(parents=True)
+    save_report(Report(cards=[card]), run_dir / "best.json")
+    return run_dir / "best.json"
+
+
+def test_cli_diff_of_two_runs_names_each_side_and_never_confirms(tmp_path, seed_report, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative paths, as a user types them
+    x = _run_best(seed_report, tmp_path / "outputs" / "x", experiment="vae_channels_last", variant="channels_last_3d",
+                  params={}, check="transposes_removed", hypothesis="channels_last removes the transposes",
+                  median_us=2000.0)
+    y = _run_best(seed_report, tmp_path / "outputs" / "y", experiment="vae_bf16", variant="low_precision",
+                  params={"dtype": "bfloat16"}, check="effective_flops", hypothesis="bf16 doubles the tensor rate",
+                  median_us=1000.0)
+    md, page = tmp_path / "diff.md", tmp_path / "diff.html"
+    assert main(["diff", "outputs/x/best.json", "outputs/y/best.json", "--json", "--out", str(md),
+                 "--html", str(page)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    title = ("outputs/x (vae_channels_last: channels_last_3d) vs "
+             "outputs/y (vae_bf16: low_precision(dtype=bfloat16))")
+    assert result["title"] == title
+    row = result["cards"][0]
+    assert (row["variant_before"]["experiment"], row["variant_before"]["label"]) == ("vae_channels_last",
+                                                                                     "channels_last_3d")
+    assert (row["variant_after"]["experiment"], row["variant_after"]["label"]) == ("vae_bf16",
+                                                                                   "low_precision(dtype=bfloat16)")
+    # The after side's experiment is the one tested: its hypothesis and check, not the before side's.
+    assert row["hypothesis"] == "bf16 doubles the tensor rate" and row["check"] == "effective_flops"
+    # Each side has a FASTER verdict of its own run; the two were never timed together.
+    assert row["timing_verdict"] == "UNCONFIRMED" and row["speedup_ci"] is None
+    assert row["speedup"] == pytest.approx(2000.0 / 1000.0)
+    assert "different runs" in row["verdict_rule"]
+    assert "Two runs' cards compared" in result["comparison"]
+    markdown = md.read_text()
+    assert markdown.startswith(f"# {title}\n") and "best.json vs best.json" not in markdown
+    assert "Two runs' cards compared, not one run's before and after" in markdown
+    assert "- Before: `channels_last_3d` (vae_channels_last)" in markdown
+    assert "- After: `low_precision(dtype=bfloat16)` (vae_bf16)" in markdown
+    text = page.read_text()
+    assert f"<title>{html.escape(title)}</title>" in text
+    assert html.escape("Two runs' cards compared, not one run's before and after") in text
+
+
+def test_cli_diff_of_one_runs_baseline_and_best_keeps_its_confirmed_verdict(tmp_path, seed_report, capsys):
+    best = _run_best(seed_report, tmp_path / "run", experiment="vae_channels_last", variant="channels_last_3d",
+                     params={}, check="transposes_removed", hypothesis="h", median_us=1000.0)
+    baseline = copy.deepcopy(Report(cards=[normalize(seed_report).card(VAE)]))
+    baseline.cards[0].extra.update({
+        "harness": {"experiment": "vae_channels_last", "variant": "ncdhw", "params": {}, "role": "baseline",
+                    "run": str((tmp_path / "run").resolve())},
+        "timing": {"median_us": 2000.0, "spread": 0.01},
+    })
+    save_report(baseline, tmp_path / "run" / "baseline.json")
+    assert main(["diff", str(tmp_path / "run" / "baseline.json"), str(best), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["cards"][0]["timing_verdict"] == "FASTER"
+    assert result["comparison"].startswith("Cards of one run")
+    assert result["title"] == (f"{tmp_path / 'run' / 'baseline.json'} (vae_channels_last: ncdhw) vs "
+                               f"{tmp_path / 'run'} (vae_channels_last: channels_last_3d)")
+
+
+# -- show: a measured card's time is its timing median per original call --------------------------------
+
+
+def test_show_gives_a_measured_cards_timing_median_as_its_time_and_labels_the_kernel_sum(tmp_path, capsys,
+                                                                                          seed_report):
+    """A batched variant: 14452 us timed per invocation of 20 calls, 14451.64 us of kernels per invocation."""
+    card = copy.deepcopy(normalize(seed_report).card(VAE))
+    card.kernels = [Kernel("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc", {"dur_us": 14451.64})]
+    card.summed_kernel_us = 14451.64
+    card.extra.update({"harness": {"experiment": "planted", "variant": "batched", "params": {"k": 20},
+                                   "role": "trial", "run": "r"},
+                       "timing": {"median_us": 14452.0}, "variant": {"calls": 20}})
+    path = tmp_path / "best.json"
+    save_report(Report(cards=[card]), path)
+    assert main(["show", str(path), card.id]) == 0
+    out = capsys.readouterr().out
+    assert "time       722.600 us (timing median per original call; median_us 14452.000 / 20 calls)" in out
+    assert ("kernels    14451.640 us (kernel-duration sum per invocation; 722.582 us per original call over 20 "
+            "calls; stored summed_kernel_us 14451.640)") in out
+    assert main(["show", str(path)]) == 0
+    table = capsys.readouterr().out
+    header, _, row = table.splitlines()[:3]
+    assert header.split()[2:4] == ["time_us", "kernels_us"]
+    assert row.split()[2:4] == ["722.6", "14451.6"]
+    assert "time_us: timing median per original call; kernels_us: kernel-duration sum per invocation." in table
