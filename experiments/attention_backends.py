@@ -136,7 +136,7 @@ def _import_flash_attn(version: int) -> Any:
         raise VariantSkipped(f"flash-attn {version} not installed (import {name} failed: {exc})") from None
 
 
-@EXPERIMENT.variant
+@EXPERIMENT.variant(needs="cuda")
 def flash_attn(w: Workload, version: int = 2, keys: str = "valid_prefix") -> Prepared:
     """FlashAttention itself: FA2 (package flash_attn) or FA3 (flash_attn_interface, Hopper), [B, L, H, D].
 

@@ -102,7 +102,7 @@ def linear(w: Workload) -> Callable[[], torch.Tensor]:
 # cuBLAS vs cuBLASLt
 
 
-@EXPERIMENT.variant
+@EXPERIMENT.variant(needs="cuda")
 def blas_library(w: Workload, library: str = "cublaslt") -> Prepared:
     """The same F.linear with cuBLAS or cuBLASLt preferred for this call only."""
     if library not in BLAS_LIBRARIES:
@@ -314,7 +314,7 @@ def _compiled_facts(compiled: Any) -> dict[str, Any]:
     return facts
 
 
-@EXPERIMENT.variant
+@EXPERIMENT.variant(needs="cuda")
 def triton_matmul(
     w: Workload,
     BLOCK_M: int = 128,

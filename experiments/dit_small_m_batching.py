@@ -233,7 +233,7 @@ def _gemv_kernel(dtype: str, rows: int, vector_width: int, block_size: int) -> A
     return cupy.RawKernel(gemv_source(dtype, rows, vector_width, block_size), "gemv_rows")
 
 
-@EXPERIMENT.variant
+@EXPERIMENT.variant(needs="cuda")
 def gemv(w: Workload, block_size: int = 256, vector_width: int = 8) -> Prepared:
     """The call's rows times W^T with the CuPy GEMV kernel (W streamed once, vector loads)."""
     x, weight, bias = _inputs(w)

@@ -133,7 +133,7 @@ def _triton_kernel() -> Any:
     return _TRITON_KERNEL
 
 
-@EXPERIMENT.variant
+@EXPERIMENT.variant(needs="cuda")
 def vectorized_kernel(w: Workload, block_size: int = 256, vector_width: int = 4) -> Prepared:
     """A Triton cast kernel: `block_size` threads per program, `vector_width` elements per thread (CUDA)."""
     block_size, vector_width = int(block_size), int(vector_width)

@@ -64,7 +64,16 @@ def fp32(w: Workload) -> Callable[[], torch.Tensor]:
     return _conv(w, torch.float32, torch.contiguous_format)
 
 
-@EXPERIMENT.variant
+def low_precision_math(device: str) -> str | None:
+    """low_precision's needs: on a CPU both of its dtypes are skipped unless the CPU has bf16 math (fp16
+    never runs there), so the search leaves it out there instead of spending trials on skips."""
+    if device.startswith("cuda") or _cpu_has_bf16_math():
+        return None
+    return ("this CPU has no bf16 math (no AVX512-BF16 or AMX) and fp16 conv3d has no fast CPU kernel; "
+            "run it on CUDA or a CPU with AMX")
+
+
+@EXPERIMENT.variant(needs=low_precision_math)
 def low_precision(w: Workload, dtype: str = "bfloat16", memory_format: str = "as_given") -> Prepared:
     """bf16 or fp16 inputs, weight and bias, in a memory format: held to that dtype's rounding."""
     layout = {} if memory_format == "as_given" else {"memory_format": memory_format}

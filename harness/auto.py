@@ -101,7 +101,7 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, options: l
         diffs = ctx.diff.cards if ctx.diff is not None else []
         results += card_results(ctx.experiment, outcomes, diffs)
         measured_on = f"{ctx.environment.get('device_name')} ({ctx.device})"
-        sections.append(f"- [{name}]({name}/summary.md): {len(outcomes)} card(s): "
+        sections.append(f"- [{name}]({name}/report.html) ([summary.md]({name}/summary.md)): {len(outcomes)} card(s): "
                         + ", ".join(f"`{o.card_id}`" for o in outcomes))
     lines = ["# auto: each card's counter-experiments, chosen by its class", "",
              "| card | class | experiments |", "|---|---|---|"]
@@ -113,8 +113,7 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, options: l
               render_end_to_end(report, results, measured_on, str(cfg.get("report_device") or "H200"))]
     text = "\n".join(lines) + "\n"
     write_text_atomic(run_dir / "summary.md", text)
-    runs = [(name, f"{name}/report.html") for name in plan.by_experiment]
-    write_text_atomic(run_dir / "report.html", render_index_html("harness auto run", runs, text))
+    write_text_atomic(run_dir / "report.html", render_index_html("harness auto run", text))
     write_json_atomic(run_dir / "run.json", {
         "experiments": {n: [c.id for c in chosen] for n, chosen in plan.by_experiment.items()},
         "unmatched": plan.unmatched, "wall_s": time.perf_counter() - started})

@@ -6,8 +6,10 @@ plus its Optuna parameters, and returns the callable that is timed and profiled,
 when it has more to say (several original calls batched into one, FLOPs executed beyond the nominal
 ones, an expected output of its own, the lower precision it computes in, facts for the card). Every
 output is checked against the workload's float64 reference (harness.correctness). A variant that
-cannot run here raises `VariantSkipped` with the reason, which the summary shows. An optional
-`annotate` hook adds the experiment's own evidence to every measured card (achieved TFLOP/s,
+cannot run here raises `VariantSkipped` with the reason, which the summary shows; one that can never
+run on some devices says so when it is registered (`@EXPERIMENT.variant(needs="cuda")`, or `needs=` a
+function of the device), and the search leaves it out there instead of spending trials on it. An
+optional `annotate` hook adds the experiment's own evidence to every measured card (achieved TFLOP/s,
 bandwidth bound, warp stalls).
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, overload
 
 import torch
 
@@ -64,6 +66,16 @@ class Prepared:
 
 VariantFn = Callable[..., "Callable[[], torch.Tensor] | Prepared"]
 AnnotateFn = Callable[[Any, Workload], None]  # (measured Card, its Workload) -> None, edits card.extra
+# What a variant needs of the run's device ("cpu", "cuda", "cuda:1"): why it cannot run there, or None.
+NeedsFn = Callable[[str], "str | None"]
+
+
+def needs_cuda(device: str) -> str | None:
+    """`needs="cuda"`: a CUDA device."""
+    return None if device.startswith("cuda") else f"needs CUDA; device is {device}"
+
+
+NEEDS: dict[str, NeedsFn] = {"cuda": needs_cuda}  # the names `needs=` takes besides a function
 
 
 class VariantSkipped(RuntimeError):
@@ -87,6 +99,7 @@ class Experiment:
     variants: dict[str, VariantFn] = field(default_factory=dict)
     baseline_name: str | None = None
     annotate_fn: AnnotateFn | None = None
+    needs: dict[str, NeedsFn] = field(default_factory=dict)  # variant -> what it needs of the device
 
     def __post_init__(self) -> None:
         from harness.cards.diff import CHECKS
@@ -94,11 +107,33 @@ class Experiment:
         if self.check not in CHECKS:
             raise ExperimentError(f"{self.name}: unknown check {self.check!r}; choose one of {', '.join(sorted(CHECKS))}")
 
-    def variant(self, fn: VariantFn) -> VariantFn:
-        if fn.__name__ in self.variants:
-            raise ExperimentError(f"{self.name}: variant {fn.__name__!r} registered twice")
-        self.variants[fn.__name__] = fn
-        return fn
+    @overload
+    def variant(self, fn: VariantFn) -> VariantFn: ...
+
+    @overload
+    def variant(self, *, needs: str | NeedsFn) -> Callable[[VariantFn], VariantFn]: ...
+
+    def variant(self, fn: VariantFn | None = None, *,
+                needs: str | NeedsFn | None = None) -> VariantFn | Callable[[VariantFn], VariantFn]:
+        """Register a variant: `@EXPERIMENT.variant`, or `@EXPERIMENT.variant(needs=...)` for one that
+        can never run on some devices. `needs` is "cuda" or a function of the run's device returning
+        why the variant cannot run there (None: it can); where it says no, the search does not draw the
+        variant (the summary lists it as not drawn) rather than spend trials on skips. A variant that
+        fails only for some parameters, or only at run time, raises VariantSkipped instead."""
+        if isinstance(needs, str) and needs not in NEEDS:
+            raise ExperimentError(f"{self.name}: needs={needs!r}: give one of {', '.join(NEEDS)} or a "
+                                  "function of the device returning why the variant cannot run there (None: it can)")
+        check = NEEDS[needs] if isinstance(needs, str) else needs
+
+        def register(f: VariantFn) -> VariantFn:
+            if f.__name__ in self.variants:
+                raise ExperimentError(f"{self.name}: variant {f.__name__!r} registered twice")
+            self.variants[f.__name__] = f
+            if check is not None:
+                self.needs[f.__name__] = check
+            return f
+
+        return register(fn) if fn is not None else register
 
     def baseline(self, fn: VariantFn) -> VariantFn:
         if self.baseline_name is not None:
@@ -123,6 +158,11 @@ class Experiment:
         if prepared.recipe is None:  # the variant's docstring says what it changes
             prepared.recipe = inspect.getdoc(fn)
         return prepared
+
+    def unmet_needs(self, device: str) -> dict[str, str]:
+        """The variants whose `needs` this device does not meet, each with why."""
+        unmet = {name: check(device) for name, check in self.needs.items()}
+        return {name: why for name, why in unmet.items() if why}
 
     def applies_to(self, op_kind: str) -> bool:
         return op_kind in self.op_kinds

@@ -186,7 +186,9 @@ def _card(
 ) -> Card:
     """The source card re-profiled: same identity, new kernels and measurements, same rules."""
     card = copy.deepcopy(source)
-    card.extra = {k: v for k, v in card.extra.items() if k in ("id", "ncu_output", "scheduler_note")}
+    # Identity, kept: the card's id, where the report got it, and what a chunk card contains (harness.chunks).
+    kept = ("id", "ncu_output", "scheduler_note", "contains", "chunk")
+    card.extra = {k: v for k, v in card.extra.items() if k in kept}
     card.extra["id"] = source.id
     card.kernels = copy.deepcopy(kernels)
     card.summed_kernel_us = sum(k.metric("dur_us") or 0.0 for k in card.kernels) if card.kernels else None

@@ -21,6 +21,7 @@ import optuna
 from tqdm import tqdm
 
 from harness.cards.diff import (
+    VERDICT_RULE_TEXT,
     CardDiff,
     ReportDiff,
     adoption_text,
@@ -29,13 +30,16 @@ from harness.cards.diff import (
     diff_cards,
     render_markdown,
     speedup_text,
+    verdict_text,
 )
 from harness.cards.html import write_run_html
 from harness.cards.labels import transition
 from harness.cards.lint import lint_report
+from harness.cards.measures import TIMING_BASIS
 from harness.cards.model import Card, Report, load_report, save_report, write_json_atomic, write_text_atomic
 from harness.cards.noise import paired_verdict
 from harness.cards.rules import RuleSet, class_counts, classify_report, rules_text
+from harness.chunks import add_chunk_cards, attach_op_breakdowns
 from harness.environment import describe_environment, resolve_device
 from harness.experiment import Experiment, load_experiment
 from harness.measure import TimingSettings
@@ -48,6 +52,7 @@ from harness.rounds import APPLIED_KEY, RoundError, applied_entry, applied_of, l
 from harness.search import (
     best_feasible,
     budget_trials,
+    drawable,
     open_study,
     plan_search,
     remaining_trials,
@@ -136,6 +141,8 @@ class RunContext:
     phases: dict[str, float] = field(default_factory=lambda: {"measurement_s": 0.0, "profiling_s": 0.0,
                                                                   "setup_s": 0.0})
     diff: ReportDiff | None = None  # the latest before/after diff written
+    # Variants of the space left out of the search because this device cannot run them, with why.
+    not_drawn: dict[str, str] = field(default_factory=dict)
 
 
 def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcome:
@@ -220,10 +227,10 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     base_card.extra[APPLIED_KEY] = applied  # kept as it is when this run adopts nothing
     drift: list[dict[str, Any]] = base_card.extra.setdefault("baseline_drift", [])
 
-    space = dict(cfg["experiment"].get("space") or {})
+    space, _ = drawable(cfg["experiment"].get("space") or {}, ctx.not_drawn)
     outcome = CardOutcome(card.id, card, base_card)
-    if not space and len(experiment.variants) == 1:
-        return outcome  # a baseline-only experiment: nothing to search
+    if not space:
+        return outcome  # a baseline-only experiment, or no variant of its space can run here: nothing to search
     plan = plan_search(space, cfg["search"])
     study_name = f"{experiment.name}:{card.id}"
     study = open_study(study_name, ctx.storage, plan.sampler, bool(cfg["search"].get("resume", False)))
@@ -377,6 +384,7 @@ def confirm(ctx: RunContext, session: CardSession, base_card: Card, tried: Card,
         card.extra["search_timing"] = card.extra.get("timing")
         card.extra["timing"] = {k: v for k, v in reply.result[key].items() if k != "warm_up"}
         card.extra["warm_up"] = reply.result[key].get("warm_up")
+        restate_rates(card)
     before = list(reply.result["base"]["round_medians_us"])
     after = [t / calls for t in reply.result["best"]["round_medians_us"]]
     verdict = paired_verdict(before, after, band)
@@ -384,6 +392,18 @@ def confirm(ctx: RunContext, session: CardSession, base_card: Card, tried: Card,
                     "after_rounds_us": after, "order": "ABBA"}
     tried.extra["confirmation"] = confirmation
     return reply, confirmation
+
+
+def restate_rates(card: Card) -> None:
+    """The variant facts derived from a time (per-call time, achieved TFLOP/s), from the card's timing
+    now that the confirm rounds replaced the search's: one time per card, whatever shows it."""
+    facts, timing = card.extra.get("variant"), card.extra.get("timing")
+    if not isinstance(facts, dict) or not isinstance(timing, dict) or not timing.get("median_us"):
+        return
+    per_call = float(timing["median_us"]) / int(facts.get("calls") or 1)
+    facts["per_call_us"] = per_call
+    if facts.get("nominal_flops_per_call"):
+        facts["achieved_tflops"] = facts["nominal_flops_per_call"] / per_call / 1e6
 
 
 def _unconfirmed(tried: Card, why: str, band: float) -> dict[str, Any]:
@@ -424,6 +444,7 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
         diffs = [diff_cards(o.baseline, o.tried, check=ctx.experiment.check, hypothesis=ctx.experiment.hypothesis,
                             threshold=band, confirmation=o.confirmation, adopted=o.adopted)
                  for o in outcomes if o.tried is not None]
+        attach_op_breakdowns(diffs, outcomes, ctx.cfg["experiment"].get("predict_from"))
         title = f"{ctx.experiment.name}: baseline vs the best variant tried"
         diff = ReportDiff(cards=diffs, only_before=[o.card_id for o in outcomes if o.tried is None], only_after=[])
     ctx.diff = diff
@@ -474,7 +495,7 @@ def _variant_label(o: CardOutcome) -> str | None:
 _MEASURED_EXTRAS = {"id", "ncu_output", "scheduler_note", "harness", "timing", "search_timing", "correctness",
                     "memory", "workload", "environment", "metrics_source", "profiler", "peaks",
                     "profiler_settings", "profiler_notes", "report_card", "baseline_drift", "variant",
-                    "confirmation", "warm_up", "confirm_error", "torch_state", "applied"}
+                    "confirmation", "warm_up", "confirm_error", "torch_state", "applied", "contains", "chunk"}
 # Variant facts shown elsewhere: the time (the table's, from the confirm rounds), the recipe (recipe.md).
 _FACTS_SHOWN_ELSEWHERE = {"nominal_flops_per_call", "per_call_us", "recipe", "carries"}
 
@@ -501,17 +522,20 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
     baseline_only = _baseline_only(ctx.experiment)
     lines = [f"# {ctx.experiment.name}", "", f"Hypothesis: {ctx.experiment.hypothesis}", "",
              f"Device: {ctx.environment.get('device_name')} ({ctx.device}); profiler: {ctx.profiler.name}", "",
-             "Times are timing medians per original call of the op (a batched variant's time is divided by its "
-             "calls), from the paired confirm rounds when there were any. A variant is adopted (best.json) only "
-             "when it is feasible and its whole 95% interval lies above the SAME band: FASTER.", "",
-             "| card | baseline us | variant us | speedup [95% CI] | time | class before -> after | max rel error | "
-             "outcome | experiment's check | card's own check |",
+             f"Baseline us and variant us: {TIMING_BASIS} of the op (a batched variant's median is divided by "
+             "its calls), from the paired confirm rounds when there were any. The profiler's kernel-duration sums "
+             "are another quantity: diff.md and report.html give them, labelled per invocation. A variant is "
+             "adopted (best.json) only when it is feasible and FASTER.", "", VERDICT_RULE_TEXT, "",
+             "| card | baseline us | variant us | speedup [95% CI] | time verdict (what decided it) | "
+             "class before -> after | max rel error | outcome | experiment's check | card's own check |",
              "|---|---:|---:|---:|---|---|---:|---|---|---|"]
     for o in outcomes:
         base_t = card_time_us(o.baseline)
         d = by_card.get(o.card_id)
         if o.tried is None or d is None:
-            why = "baseline only" if baseline_only else "no feasible variant: baseline kept"
+            why = ("baseline only" if baseline_only
+                   else "no variant of the space can run on this device (not drawn): baseline kept"
+                   if ctx.not_drawn and not o.n_trials else "no feasible variant: baseline kept")
             check = f"{d.verdict}: {d.verdict_detail}" if baseline_only and d else "n/a"
             own = f"{d.card_verdict}: {d.card_verdict_detail}" if baseline_only and d else "n/a"
             lines.append(f"| `{o.card_id}` | {_fmt_us(base_t)} | n/a | n/a | n/a | "
@@ -520,7 +544,7 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
         err = (o.tried.extra.get("correctness") or {}).get("max_rel")
         lines.append(
             f"| `{o.card_id}` | {_fmt_us(d.before_us)} | {_fmt_us(d.after_us)} | {speedup_text(d)} | "
-            f"{d.timing_verdict} | {d.class_transition} | "
+            f"{verdict_text(d.timing_verdict, d.verdict_numbers)} | {d.class_transition} | "
             f"{'n/a' if err is None else f'{err:.2e}'} | {adoption_text(d)} | {d.verdict} | {d.card_verdict} |"
         )
     lines.append("")
@@ -543,6 +567,8 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
             values = [d["median_us"] for d in drift]
             lines.append(f"- `{o.card_id}` baseline re-timed {len(values)}x between trials (drift check): "
                          f"{min(values):.1f} to {max(values):.1f} us per call")
+    # Left out of every card's search before any trial (Experiment.variant's needs), unlike a skip.
+    lines += [f"- not drawn: {variant} ({why})" for variant, why in ctx.not_drawn.items()]
     metrics_source = {o.baseline.extra.get("metrics_source") for o in outcomes}
     lines += ["", f"Metrics source: {', '.join(sorted(str(s) for s in metrics_source))} "
               "(estimated metrics are roofline estimates, not counters).", ""]
@@ -580,7 +606,7 @@ def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[Car
         experiment.check_space(space)
     report_path = cfg.get("report")
     report = load_report(report_path)
-    normalized = classify_report(lint_report(report).normalized, rules)
+    normalized = add_chunk_cards(classify_report(lint_report(report).normalized, rules))
     try:
         device = resolve_device(str(cfg.get("device", "auto")))
     except ValueError as exc:
@@ -606,11 +632,13 @@ def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[Car
         check_new_studies(make_storage(storage, cfg["search"]), [study_name(experiment.name, c.id) for c in cards],
                           bool(cfg["search"].get("resume")), describe_url(storage))
     timing = cfg["timing"]
+    _, not_drawn = drawable(space, experiment.unmet_needs(device))
     ctx = RunContext(
         cfg=cfg, run_dir=run_dir, experiment=experiment, rules=rules, device=device, profiler=profiler,
         environment=describe_environment(device, cfg), storage=storage, report=normalized,
         settings=TimingSettings(warmup=None if timing["warmup"] is None else int(timing["warmup"]), min_repeats=int(timing["min_repeats"]),
                                 budget_s=float(timing["budget_s"]), cuda_graph=bool(timing.get("cuda_graph"))),
+        not_drawn=not_drawn,
     )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

@@ -3,8 +3,8 @@
 `cards=` (and an experiment's `default_cards`) is either card ids or a rule, a mapping of:
 
 - filters: `stage`, `op`, `op_kind`, `resolution`, `class`. `class` is one class or a list; `none` stands
-  for a card the rules leave without a class, and `experiment` for the classes whose counter-experiment
-  the experiment tests (`Experiment.classes`). `resolution` is a resolution ("480x832") or `smallest`,
+  for a card the rules leave without a class (taken wherever unresolved cards are), and `experiment` for
+  the classes whose counter-experiment the experiment tests (`Experiment.classes`). `resolution` is a resolution ("480x832") or `smallest`,
   `largest`, or `smallest_on_cpu` (the smallest on a CPU, every resolution on a GPU: a CPU run stays
   within its budget, a GPU run covers the report);
 - `costliest: N` (or `cheapest: N`), the N cards with the largest (smallest) summed kernel time in the
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
+from harness.cards.fields import UNRESOLVED
 from harness.cards.model import Card, Report
 from harness.cards.selection_messages import no_card_message
 from harness.workloads.base import parse_resolution
@@ -51,6 +52,8 @@ def _classes(value: Any, experiment_classes: Sequence[str]) -> set[str]:
     out: set[str] = set()
     for item in wanted:
         out |= set(experiment_classes) if str(item) == EXPERIMENT_CLASSES else {str(item)}
+    if UNRESOLVED in out:  # a card the rules leave without a class is as unresolved (harness.auto)
+        out.add(NO_CLASS)
     return out
 
 

@@ -209,6 +209,8 @@ class CardDiff:
     class_source: dict[str, str] = field(default_factory=dict)
     # The class change as it may honestly be printed: one arrow only within one source on one machine.
     class_transition: str = ""
+    # A chunk card's row: per contained op card, then "other", {card, before_us, after_us} (harness.chunks).
+    op_breakdown: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

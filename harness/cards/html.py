@@ -26,8 +26,16 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from harness.cards.diff import ReportDiff, calls_per_invocation, card_time_us, kernel_family
+from harness.cards.diff import (
+    VERDICT_RULE_TEXT,
+    ReportDiff,
+    basis_header,
+    kernel_family,
+    kernel_sum_text,
+)
+from harness.cards.measures import KERNEL_SUM_BASIS, TIMING_BASIS, calls_per_invocation, card_time_us, time_basis
 from harness.cards.labels import class_label
+from harness.cards.markdown_html import markdown_to_html
 from harness.cards.model import Card, Report, ReportError, load_report, write_text_atomic
 
 BEFORE_COLOR, AFTER_COLOR = "#4c72b0", "#dd8452"
@@ -113,10 +121,22 @@ def _svg(fig: Figure) -> str:
 
 @dataclass
 class KernelRow:
+    """One kernel family's duration sum per invocation on each side (None: absent on that side)."""
+
     family: str
     before_us: float | None
     after_us: float | None
     names: list[str]
+    before_calls: int = 1  # original calls one invocation of that side serves (a batched variant's k)
+    after_calls: int = 1
+
+    @property
+    def before_per_call_us(self) -> float | None:
+        return self.before_us / self.before_calls if self.before_us is not None else None
+
+    @property
+    def after_per_call_us(self) -> float | None:
+        return self.after_us / self.after_calls if self.after_us is not None else None
 
     @property
     def status(self) -> str:
@@ -128,17 +148,17 @@ class KernelRow:
 
 
 def kernel_rows(before: Card, after: Card | None) -> list[KernelRow]:
-    """Kernels paired by family (the diff's matching), longest first; None marks an absent side.
+    """Kernels paired by family (the diff's matching), longest per original call first; None marks an absent side.
 
-    Durations are per original call of the op, as the diff compares them (a batching variant's
-    kernels serve several calls at once)."""
+    Durations are summed per invocation, as profiled (diff.md's kernel table); each row knows its
+    sides' calls per invocation, for the per-call values a batching variant is compared on."""
+    calls_b, calls_a = calls_per_invocation(before), calls_per_invocation(after) if after else 1
     rows: dict[str, KernelRow] = {}
     for side, card in (("before", before), ("after", after)):
-        calls = calls_per_invocation(card) if card else 1
         for kernel in card.kernels if card else []:
             family = kernel_family(kernel.name)
-            row = rows.setdefault(family, KernelRow(family, None, None, []))
-            dur = (kernel.metric("dur_us") or 0.0) / calls
+            row = rows.setdefault(family, KernelRow(family, None, None, [], calls_b, calls_a))
+            dur = kernel.metric("dur_us") or 0.0
             if side == "before":
                 row.before_us = (row.before_us or 0.0) + dur
             else:
@@ -146,8 +166,8 @@ def kernel_rows(before: Card, after: Card | None) -> list[KernelRow]:
             if kernel.name not in row.names:
                 row.names.append(kernel.name)
     if after is None:  # baseline only: nothing was removed, there is just no after side
-        return sorted(rows.values(), key=lambda r: -(r.before_us or 0.0))
-    return sorted(rows.values(), key=lambda r: -max(r.before_us or 0.0, r.after_us or 0.0))
+        return sorted(rows.values(), key=lambda r: -(r.before_per_call_us or 0.0))
+    return sorted(rows.values(), key=lambda r: -max(r.before_per_call_us or 0.0, r.after_per_call_us or 0.0))
 
 
 def kernel_bars_svg(rows: list[KernelRow], has_after: bool,
@@ -158,22 +178,24 @@ def kernel_bars_svg(rows: list[KernelRow], has_after: bool,
     fig = Figure(figsize=(9, 0.5 * len(shown) + 1.3))
     ax = fig.subplots()
     height = 0.38 if has_after else 0.6
-    durations = [d for r in shown for d in (r.before_us, r.after_us) if d]
+    # Bars compare like with like: per original call (a batched invocation serves several calls).
+    durations = [d for r in shown for d in (r.before_per_call_us, r.after_per_call_us) if d]
     log = bool(durations) and max(durations) / max(min(durations), 1e-9) > 50
     left = min(durations) / 3 if log else 0.0  # on a log axis a bar needs a start left of its end
     for i, row in enumerate(shown):
         y = len(shown) - 1 - i
-        if row.before_us is not None:
+        before_us, after_us = row.before_per_call_us, row.after_per_call_us
+        if before_us is not None:
             hatch = "//" if has_after and row.status == "removed" else None
-            ax.barh(y + (height / 2 if has_after else 0), row.before_us - left, height, left=left,
+            ax.barh(y + (height / 2 if has_after else 0), before_us - left, height, left=left,
                     color=BEFORE_COLOR, hatch=hatch, edgecolor=REMOVED_COLOR if hatch else BEFORE_COLOR)
-            ax.annotate(f" {row.before_us:.1f}", (row.before_us, y + (height / 2 if has_after else 0)),
+            ax.annotate(f" {before_us:.1f}", (before_us, y + (height / 2 if has_after else 0)),
                         va="center", fontsize=7)
-        if has_after and row.after_us is not None:
+        if has_after and after_us is not None:
             edge = ADDED_COLOR if row.status == "added" else AFTER_COLOR
-            ax.barh(y - height / 2, row.after_us - left, height, left=left, color=AFTER_COLOR, edgecolor=edge,
+            ax.barh(y - height / 2, after_us - left, height, left=left, color=AFTER_COLOR, edgecolor=edge,
                     linewidth=1.5)
-            ax.annotate(f" {row.after_us:.1f}", (row.after_us, y - height / 2), va="center", fontsize=7)
+            ax.annotate(f" {after_us:.1f}", (after_us, y - height / 2), va="center", fontsize=7)
     labels = []
     for row in shown:
         suffix = f"  [{row.status}]" if has_after and row.status != "kept" else ""
@@ -189,7 +211,7 @@ def kernel_bars_svg(rows: list[KernelRow], has_after: bool,
         ax.set_xlim(left, max(durations) * 3)
     elif durations:
         ax.set_xlim(0, max(durations) * 1.15)  # room for the value labels
-    ax.set_xlabel("dur_us per kernel family and original call" + (" (log scale)" if log else ""))
+    ax.set_xlabel("kernel-duration sum per original call, us" + (" (log scale)" if log else ""))
     handles = [Patch(color=BEFORE_COLOR, label=sides[0])]
     if has_after:
         handles.append(Patch(color=AFTER_COLOR, label=sides[1]))
@@ -489,10 +511,27 @@ def _outcome(d: Mapping[str, Any]) -> str:
     return f"baseline kept: best tried {variant}, {_speedup(d)} {d.get('timing_verdict') or 'n/a'}"
 
 
+def _row_basis(view: CardView) -> str:
+    """The basis of the times in a view's summary row: its diff row's, or the lone before card's own."""
+    if view.after is None or view.diff is None:
+        return time_basis(view.before)
+    return str(view.diff.get("time_basis") or "")
+
+
+def _verdict_cell(d: Mapping[str, Any]) -> str:
+    """The time verdict, coloured, with the interval-vs-band comparison that decided it."""
+    verdict = d.get("timing_verdict") or "n/a"
+    numbers = d.get("verdict_numbers")
+    decided = f" <small>({esc(numbers)})</small>" if numbers else ""
+    return f'<span class="{esc(verdict)}">{esc(verdict)}</span>{decided}'
+
+
 def summary_table(views: list[CardView]) -> str:
     before, after = views[0].sides if views else ("baseline", "variant")
-    header = ["card", f"{before} us", f"{after} us", "speedup [95% CI]", "time", "class before -&gt; after",
-              "max rel error", "variant", "experiment's check", "card's own check"]
+    basis = esc(basis_header({_row_basis(v) for v in views}))
+    header = ["card", f"{before} us{basis}", f"{after} us{basis}", "speedup [95% CI]",
+              "time verdict (what decided it)", "class before -&gt; after", "max rel error", "variant",
+              "experiment's check", "card's own check"]
     rows = []
     for v in views:
         link = f'<a href="#{_anchor(v.card_id)}"><code>{esc(v.card_id)}</code></a>'
@@ -501,12 +540,11 @@ def summary_table(views: list[CardView]) -> str:
             rows.append([link, Num(_fmt(card_time_us(v.before), 1)), "n/a", "n/a", "n/a",
                          f"{esc(v.before.primary or 'none')} -&gt; n/a", "n/a", esc(v.missing_reason), "n/a", "n/a"])
             continue
-        verdict = d.get("timing_verdict") or "n/a"
         err = _max_rel(v.after)
         rows.append([
             link, Num(_fmt(d.get("before_us"), 1)), Num(_fmt(d.get("after_us"), 1)),
             Num(esc(_speedup(d))),
-            f'<span class="{esc(verdict)}">{esc(verdict)}</span>',
+            _verdict_cell(d),
             esc(d.get("class_transition") or f"{d.get('class_before') or 'none'} -> {d.get('class_after') or 'none'}"),
             Num(f"{err:.2e}" if err is not None else "n/a"), esc(_outcome(d) or _variant(v.after)),
             f"<b>{esc(d.get('verdict'))}</b> <small>({esc(d.get('check'))})</small>",
@@ -523,17 +561,25 @@ def _kernel_block(view: CardView) -> str:
         return '<p class="note">no kernels recorded on either side</p>'
     more = (f'<p class="note">plot shows the {MAX_KERNEL_ROWS} longest of {len(rows)} kernel families</p>'
             if len(rows) > MAX_KERNEL_ROWS else "")
+    before, after = view.sides
+    calls_b = calls_per_invocation(view.before)
+    calls_a = calls_per_invocation(view.after) if view.after is not None else 1
+    batched = calls_b > 1 or calls_a > 1  # the per-invocation sums then differ from the per-call bars: show both
     table_rows, classes = [], []
     for row in rows:
         status = row.status if has_after else ""
         tag = f'<span class="tag {status}">{status}</span>' if status in ("removed", "added") else esc(status)
         names = "<br>".join(f'<code title="{esc(n)}">{esc(_short(n, 110))}</code>' for n in row.names)
+        per_call = [Num(_fmt(row.before_per_call_us)), Num(_fmt(row.after_per_call_us))] if batched else []
         table_rows.append([f"<code>{esc(row.family)}</code>", names, Num(_fmt(row.before_us)),
-                           Num(_fmt(row.after_us)), tag])
+                           Num(_fmt(row.after_us)), *per_call, tag])
         classes.append(status)
-    before, after = view.sides
-    table = _table(["family", "kernels", f"{before} dur_us", f"{after} dur_us", ""], table_rows, classes)
-    return (f'<figure class="kernels">{svg}<figcaption>Kernels by family, {before} vs {after}: a family present '
+    per_call_header = [f"{before} us per original call (/ {calls_b})",
+                       f"{after} us per original call (/ {calls_a})"] if batched else []
+    table = _table(["family", "kernels", f"{before} us ({KERNEL_SUM_BASIS})", f"{after} us ({KERNEL_SUM_BASIS})",
+                    *per_call_header, ""], table_rows, classes)
+    return (f'<figure class="kernels">{svg}<figcaption>Kernels by family, {before} vs {after}, the profiler\'s '
+            f"kernel-duration sums per original call (the table gives them per invocation): a family present "
             f"before and absent after is marked removed (hatched), a new one added.</figcaption></figure>"
             f"{more}<details{' open' if len(rows) <= 8 else ''}><summary>kernel table</summary>{table}</details>")
 
@@ -561,6 +607,10 @@ def _class_side(title: str, card: Card) -> str:
     for note in card.extra.get("profiler_notes") or []:
         parts.append(f'<p class="note">{esc(note)}</p>')
     own = {k: v for k, v in card.extra.items() if k not in _SHOWN_EXTRA}
+    if isinstance(own.get("variant"), dict):
+        # per_call_us is the search's timing, taken before the confirm rounds re-timed the card: the card's
+        # time is the one in the section's header, and a second value under the same name would contradict it.
+        own["variant"] = {k: v for k, v in own["variant"].items() if k != "per_call_us"}
     if own:
         parts.append(f"<details><summary>experiment evidence ({esc(', '.join(own))})</summary>"
                      f"<pre>{esc(json.dumps(own, indent=1, default=str))}</pre></details>")
@@ -647,15 +697,17 @@ def card_section(view: CardView) -> str:
     d = view.diff or {}
     if view.after is None:
         head = (f"<p><b>No {esc(view.sides[1])} for this card</b>: {esc(view.missing_reason)}. "
-                f"{esc(view.sides[0].capitalize())} {_fmt(card_time_us(view.before), 1)} us.</p>")
+                f"{esc(view.sides[0].capitalize())} {_fmt(card_time_us(view.before), 1)} us "
+                f"({esc(time_basis(view.before))}).</p>")
     else:
-        verdict = d.get("timing_verdict") or "n/a"
+        sums = kernel_sum_text(d.get("kernel_sum_us") or {}, d.get("calls") or {})
         head = (f"<p>{_fmt(d.get('before_us'), 2)} us -&gt; {_fmt(d.get('after_us'), 2)} us "
-                f"({esc(d.get('time_basis'))}), "
-                f'{esc(_speedup(d))}, <span class="{esc(verdict)}">{esc(verdict)}</span>'
+                f"({esc(d.get('time_basis'))}), {esc(_speedup(d))}, {_verdict_cell(d)}"
                 + (f"; {esc(_outcome(d))}" if _outcome(d) else
                    f"; variant <code>{esc(_variant(view.after))}</code>" if _variant(view.after) else "")
                 + "</p>"
+                + (f"<p>Kernels, the profiler's durations (not the time above): {esc(sums)}</p>"
+                   if sums and d.get("time_basis") == TIMING_BASIS else "")
                 + (f'<p class="note">{esc(d.get("verdict_rule"))}</p>' if d.get("verdict_rule") else ""))
     return (f'<section class="card" id="{_anchor(view.card_id)}"><h2><code>{esc(view.card_id)}</code></h2>{head}'
             f"<h3>Kernels</h3>{_kernel_block(view)}"
@@ -674,10 +726,7 @@ def page(title: str, intro: str, views: list[CardView], tail: str = "") -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
         f"<h1>{esc(title)}</h1>{intro}<h2>Summary</h2>{summary_table(views)}"
-        '<p class="note">Time verdict: baseline and variant are timed in paired rounds (ABBA order); the speedup '
-        "is the geometric mean of the rounds' ratios with its 95% interval; FASTER or SLOWER only when the whole "
-        "interval lies outside the SAME band, SAME when inside, INCONCLUSIVE otherwise, UNCONFIRMED without "
-        "paired rounds. Each card states the rule with its numbers.</p>"
+        f'<p class="note">{esc(VERDICT_RULE_TEXT)}</p>'
         f"{sections}{tail}"
         f'<p class="note">Generated {esc(time.strftime("%Y-%m-%d %H:%M:%S"))} by harness.cards.html.</p>'
         "</body></html>\n"
@@ -735,26 +784,29 @@ def render_run_html(run_dir: Path) -> str:
     return page(f"harness run: {experiment or run_dir.name}", _run_intro(run_dir, run, baseline, storage), views, tail)
 
 
-def render_diff_html(diff: ReportDiff, before: Report, after: Report, title: str) -> str:
-    """The page for `python -m harness.cards diff --html`: no study, the rest as for a run."""
+def render_diff_html(diff: ReportDiff, before: Report, after: Report, title: str, note: str = "") -> str:
+    """The page for `python -m harness.cards diff --html`: no study, the rest as for a run.
+
+    `note` says what kind of comparison this is (harness.cards.diff.comparison_note), e.g. two runs' cards."""
     views = _views(before, after, diff.as_dict(), ("before", "after"))
     for view in views:
         if view.after is None:
             view.missing_reason = "only in the before report"
-    intro = (f"<p>before: <code>{esc(before.source)}</code><br>after: <code>{esc(after.source)}</code></p>")
+    intro = (f"<p>before: <code>{esc(before.source)}</code><br>after: <code>{esc(after.source)}</code></p>"
+             + (f"<p><b>{esc(note)}</b></p>" if note else ""))
     if diff.only_after:
         intro += "<p>Only in after: " + ", ".join(f"<code>{esc(c)}</code>" for c in diff.only_after) + "</p>"
     return page(title, intro, views)
 
 
-def render_index_html(title: str, runs: list[tuple[str, str]], summary: str) -> str:
-    """A page over several runs (experiment=auto): links to each run's page, then the overall summary."""
-    links = "".join(f'<li><a href="{esc(href)}">{esc(name)}</a></li>' for name, href in runs)
+def render_index_html(title: str, summary: str) -> str:
+    """A page over several runs (experiment=auto, a multirun): their summary.md as HTML, its tables as
+    tables and its links (to each run's report.html and summary.md) as links."""
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
-        f"<h1>{esc(title)}</h1><h2>Runs</h2><ul>{links}</ul><h2>Summary</h2><pre>{esc(summary)}</pre>"
+        f"{markdown_to_html(summary)}"
         "</body></html>\n"
     )
 

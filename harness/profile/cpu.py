@@ -40,6 +40,14 @@ addmm's bias broadcast is a plain "copy"). Format changes inside oneDNN (mkldnn_
 not ops and stay invisible.
 Kernels are listed in order of first appearance, like a launch order.
 
+A chunk workload (`WorkloadFacts.per_shape`: a whole decoder call, not one op) gets one kernel per op,
+tensor-input shapes and the top-level op it ran under (the op the model's code called), named
+`aten::copy_(384x384x3x3x3, 384x384x3x3x3) in aten::conv3d(1x384x3x4x3, 384x384x3x3x3, 384)`, the
+top-level op also in `extra["within"]` and `extra["within_shapes"]`: each op can then be attributed to
+the report card of the top-level op's shape (harness.chunks), the copies a conv makes inside itself
+included, as in the conv's own card. Only the ops of rule 2 are dropped (no wrapper, no noise floor),
+so the kernels' self times add up to all the chunk's op time but its allocations and views.
+
 Other `extra` keys of a kernel: `calls` (invocations of the op per call of `fn`), `measured_calls`
 (calls of `fn` profiled), `dtype`, `input_shapes` (of the first invocation), `flops` and
 `flops_source`, `bytes_read` / `bytes_written` (per call), `bytes_note`, `estimated_fields`.
@@ -152,7 +160,8 @@ def _itemsize(dtype_name: str) -> int | None:
 
 @dataclass
 class _OpStats:
-    name: str
+    name: str  # the kernel's name: the op, plus its input shapes in a per-shape profile
+    op: str  # the profiler's op name (aten::...)
     order: int
     invocations: int = 0
     self_us: float = 0.0
@@ -165,11 +174,20 @@ class _OpStats:
     input_shapes: list[Any] | None = None
     callers: Counter = field(default_factory=Counter)
     copy_roles: Counter = field(default_factory=Counter)
+    within: tuple[str, list[Any]] | None = None  # per-shape profile: the top-level op and its input shapes
 
 
 def _root(event: Any) -> Any:
     node = event
     while node.cpu_parent is not None:
+        node = node.cpu_parent
+    return node
+
+
+def _top_op(event: Any) -> Any:
+    """The outermost op above `event` inside the measured call (the op the profiled code called)."""
+    node = event
+    while node.cpu_parent is not None and not node.cpu_parent.name.startswith(CALL_LABEL):
         node = node.cpu_parent
     return node
 
@@ -219,6 +237,13 @@ def _tensor_inputs(event: Any, fallback_dtype: str) -> tuple[list[tuple[list[int
         ) and len(shape) > 0:
             out.append((list(shape), None))  # a tensor of a dtype we do not know
     return out, saw_list
+
+
+def _shapes_text(input_shapes: Any) -> str:
+    """An op's tensor-input shapes as `1x96x6x10x10, 96x96x3x3x3, 96` (scalars and lists left out)."""
+    shapes = [s for s in input_shapes or [] if isinstance(s, (list, tuple)) and s and
+              all(isinstance(d, int) for d in s)]
+    return ", ".join("x".join(str(d) for d in s) for s in shapes)
 
 
 def _nbytes(shape: list[int], dtype_name: str | None, fallback_dtype: str) -> tuple[float, bool]:
@@ -290,9 +315,16 @@ class CpuProfiler:
             root = _root(event)
             if root is event or not root.name.startswith(CALL_LABEL):
                 continue  # outside the measured calls (or on another thread)
-            entry = stats.get(event.name)
+            key, within = event.name, None
+            if facts.per_shape:
+                top = _top_op(event)
+                key = f"{event.name}({_shapes_text(event.input_shapes)})"
+                within = (top.name, [list(s) for s in (top.input_shapes or [])])
+                if top is not event:
+                    key += f" in {top.name}({_shapes_text(top.input_shapes)})"
+            entry = stats.get(key)
             if entry is None:
-                entry = stats[event.name] = _OpStats(name=event.name, order=len(stats))
+                entry = stats[key] = _OpStats(name=key, op=event.name, order=len(stats), within=within)
             entry.invocations += 1
             entry.self_us += float(event.self_cpu_time_total)
             entry.total_us += float(event.cpu_time_total)
@@ -340,19 +372,19 @@ class CpuProfiler:
 
     # -----------------------------------------------------------------------------------------
 
-    def _select(self, stats: dict[str, _OpStats]) -> tuple[list[_OpStats], dict[str, float]]:
+    def _select(self, stats: dict[str, _OpStats], per_shape: bool) -> tuple[list[_OpStats], dict[str, float]]:
         n = self.calls
         total_self = sum(s.self_us for s in stats.values()) / n
-        floor = max(self.min_self_us, self.min_self_fraction * total_self)
+        floor = 0.0 if per_shape else max(self.min_self_us, self.min_self_fraction * total_self)
         kept: list[_OpStats] = []
         dropped: dict[str, float] = {}
         for entry in sorted(stats.values(), key=lambda s: s.order):
             per_call = entry.self_us / n
             if (
-                entry.name in IGNORED_OPS
-                or entry.name.startswith("ProfilerStep")
-                or entry.name.startswith("[")
-                or (entry.total_us > 0 and entry.self_us < 0.5 * entry.total_us)
+                entry.op in IGNORED_OPS
+                or entry.op.startswith("ProfilerStep")
+                or entry.op.startswith("[")
+                or (not per_shape and entry.total_us > 0 and entry.self_us < 0.5 * entry.total_us)
                 or per_call < floor
             ):
                 dropped[entry.name] = round(per_call, 3)
@@ -368,11 +400,12 @@ class CpuProfiler:
         wall = time.perf_counter() - wall0
         cpu_share = (time.process_time() - cpu0) / (wall * max(1, peaks.torch_threads)) if wall > 0 else None
         stats = self._collect(events, facts)
-        kept, dropped = self._select(stats)
+        kept, dropped = self._select(stats, facts.per_shape)
         n = self.calls
 
         profiler_flops = sum(s.flops for s in kept) / n
-        main = main_compute_op([(s.name, s.self_us) for s in kept], facts.op_kind)
+        # A chunk's FLOPs and bytes are spread over its many ops: no one op stands for them.
+        main = None if facts.per_shape else main_compute_op([(s.name, s.self_us) for s in kept], facts.op_kind)
         attribute_facts = bool(
             facts.flops and facts.flops > 0 and profiler_flops < 0.5 * facts.flops
         )
@@ -437,6 +470,8 @@ class CpuProfiler:
         }
         if entry.copy_roles:
             extra["copy_roles"] = dict(entry.copy_roles)
+        if entry.within is not None:
+            extra["within"], extra["within_shapes"] = entry.within
 
         flops: float | None = None
         if entry.flops > 0:

@@ -4,11 +4,19 @@ The child (harness.profile.ncu_child) rebuilds the card's workload and the varia
 warms up outside the NVTX range, then runs the measured call inside the push/pop range that ncu is
 told to include, so set-up, allocation and warm-up kernels are not profiled. The report is read back
 through ncu_report (or ncu's raw-page CSV export) and converted to the report's units.
+
+Before the first trial the metric list is checked against the chip (`profiler.available_metrics`:
+`auto` asks `ncu --query-metrics`, a path reads a saved answer, null checks nothing): a metric the
+chip lacks would fail every trial, so it is swapped for an alternative or dropped, with a note on
+every profile. With `profiler.keep_dir` each trial keeps its spec and report in a folder of its own,
+`<keep_dir>/<card id>/<NNN>_<role>_<variant>/`, numbered in the order they ran.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -20,9 +28,70 @@ from harness.profile.base import Profile, ProfilerUnavailable, WorkloadFacts
 from harness.profile.ncu.command import find_ncu, profile_command
 from harness.profile.ncu.failures import NcuFailure
 from harness.profile.ncu.importer import cards_from_ncu
-from harness.profile.ncu.runner import run_ncu
+from harness.profile.ncu.metrics import MetricPlan, metrics_for, parse_query_metrics, resolve_metrics
+from harness.profile.ncu.runner import run_command, run_ncu
 
 NVTX_RANGE = "harness_trial"
+QUERY_DEADLINE_S = 60.0
+# ncu executable -> (metric names, where they came from, a note) from `ncu --query-metrics`, once per process.
+_QUERIED: dict[str, tuple[set[str] | None, str, str | None]] = {}
+
+
+def query_command(ncu: str) -> list[str]:
+    """ncu listing every metric (full names) of the GPUs of this machine."""
+    return [ncu, "--query-metrics", "--query-metrics-mode", "all"]
+
+
+def chip_metrics(setting: Any, ncu: str) -> tuple[set[str] | None, str, str | None]:
+    """(the chip's metric names or None, where they came from, a note when they could not be had)
+    for `profiler.available_metrics`: null/false (not checked), "auto" (ask ncu), or a file path (a
+    saved `ncu --query-metrics --query-metrics-mode all`, or one name a line)."""
+    if setting in (None, False, "", "none", "null"):
+        return None, "not checked", None
+    if str(setting) == "auto":
+        if ncu not in _QUERIED:
+            source = "ncu --query-metrics"
+            try:
+                result = run_command(query_command(ncu), QUERY_DEADLINE_S)
+            except OSError as exc:
+                _QUERIED[ncu] = (None, source, f"metric list not checked: {source} could not run ({exc})")
+            else:
+                if result.returncode != 0 or result.timed_out:
+                    last = next((ln for ln in reversed((result.stdout + result.stderr).splitlines()) if ln.strip()),
+                                "no output")
+                    _QUERIED[ncu] = (None, source, f"metric list not checked: {source} failed ({last.strip()})")
+                else:
+                    _QUERIED[ncu] = (parse_query_metrics(result.stdout), source, None)
+        return _QUERIED[ncu]
+    path = Path(str(setting))
+    try:
+        return parse_query_metrics(path.read_text(encoding="utf-8", errors="replace")), str(path), None
+    except OSError as exc:
+        raise ProfilerUnavailable(
+            f"profiler.available_metrics={setting}: cannot read it ({exc.strerror or exc}); give the saved "
+            "output of `ncu --query-metrics --query-metrics-mode all`, `auto`, or null"
+        ) from None
+
+
+def trial_folder(keep_dir: Path, spec: Mapping[str, Any]) -> Path:
+    """A new folder for one trial's spec and report: `<keep_dir>/<card>/<NNN>_<role>_<variant>[_<params>]`."""
+    def clean(text: str) -> str:
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
+
+    card_dir = keep_dir / clean(str(spec.get("card_id") or "card"))
+    card_dir.mkdir(parents=True, exist_ok=True)
+    name = f"{clean(str(spec.get('role') or 'trial'))}_{clean(str(spec.get('variant') or 'baseline'))}"
+    params = spec.get("params") or {}
+    if params:
+        name += "_" + hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    number = len([p for p in card_dir.iterdir() if p.is_dir()])
+    while True:
+        folder = card_dir / f"{number:03d}_{name}"
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:  # another process took that number
+            number += 1
 
 
 def ncu_usable(cfg: Mapping[str, Any]) -> tuple[bool, str]:
@@ -48,18 +117,35 @@ class NcuProfiler:
         self.cache_control = str(cfg.get("cache_control", "all"))
         self.deadline_s = float(cfg.get("deadline_s", 300))
         self.keep_dir = cfg.get("keep_dir")
+        self.available_metrics = cfg.get("available_metrics")
+        self._plan: MetricPlan | None = None
+        self._plan_source = "not checked"
+
+    def metric_plan(self) -> MetricPlan:
+        """The metric set's list as this chip takes it (checked once)."""
+        if self._plan is None:
+            names, source, note = chip_metrics(self.available_metrics, self.executable)
+            plan = resolve_metrics(metrics_for(self.metric_set), names, source)
+            if note:
+                plan.notes.append(note)
+            self._plan, self._plan_source = plan, source
+        return self._plan
 
     def profile(self, fn: Callable[[], Any], facts: WorkloadFacts, spec: Mapping[str, Any] | None = None) -> Profile:
         if spec is None:
             raise ProfilerUnavailable("profiler=ncu profiles a trial in a child process and needs its trial spec")
-        workdir = Path(self.keep_dir or tempfile.mkdtemp(prefix="harness-ncu-"))
-        workdir.mkdir(parents=True, exist_ok=True)
+        plan = self.metric_plan()
+        if self.keep_dir:
+            workdir = trial_folder(Path(self.keep_dir), spec)
+        else:
+            workdir = Path(tempfile.mkdtemp(prefix="harness-ncu-"))
         spec_path = workdir / "trial_spec.json"
         spec_path.write_text(json.dumps({**spec, "nvtx_range": NVTX_RANGE}), encoding="utf-8")
         command = profile_command(
             [sys.executable, "-m", "harness.profile.ncu_child", str(spec_path)],
             nvtx_range=NVTX_RANGE, report_path=workdir / "trial.ncu-rep", clock_control=self.clock_control,
             cache_control=self.cache_control, metric_set=self.metric_set, ncu=self.executable,
+            metrics=plan.metrics,
         )
         result = run_ncu(command.argv, self.deadline_s)
         cards = cards_from_ncu(command.report_path, group_by="range")
@@ -70,6 +156,12 @@ class NcuProfiler:
             kernel.extra["metrics_source"] = SOURCE_NCU
         settings = {k: v for k, v in command.settings.items() if k != "metrics"}
         settings.update(report=str(command.report_path), seconds=round(result.seconds, 2))
+        settings["metrics_checked_against"] = self._plan_source
+        if plan.substituted:
+            settings["metrics_substituted"] = dict(plan.substituted)
+        if plan.dropped:
+            settings["metrics_dropped"] = list(plan.dropped)
         # ncu measures; the device's peaks are recorded beside the counters for rooflines and hooks.
         peaks = {**for_current_device().to_dict(), "used": "recorded for reference; the metrics are ncu's"}
-        return Profile(kernels=kernels, backend="ncu", metrics_source=SOURCE_NCU, peaks=peaks, settings=settings)
+        return Profile(kernels=kernels, backend="ncu", metrics_source=SOURCE_NCU, peaks=peaks, settings=settings,
+                       notes=list(plan.notes))

@@ -6,6 +6,7 @@ Usage: python -m harness.profile.ncu_child TRIAL_SPEC.json
 from __future__ import annotations
 
 import json
+import signal
 import sys
 
 import torch
@@ -37,10 +38,23 @@ def run_trial(spec: dict) -> None:
     torch.cuda.nvtx.range_pop()
 
 
+def _die_with_ncu() -> None:
+    """SIGKILL this process when its parent (ncu) dies: the group kill of the runner reaches it
+    too, this covers a profiled program that ncu started outside the group."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m harness.profile.ncu_child TRIAL_SPEC.json", file=sys.stderr)
         return 2
+    _die_with_ncu()
     with open(argv[0], encoding="utf-8") as handle:
         run_trial(json.load(handle))
     return 0

@@ -8,7 +8,7 @@ the SearchError they all raise. Their public names are re-exported here.
 
 from harness.search.errors import SearchError
 from harness.search.interrupt import interrupted, note_interrupt, safe_to_interrupt
-from harness.search.space import Space, configurations, discrete_size, suggest, validate_space
+from harness.search.space import Space, configurations, discrete_size, drawable, suggest, validate_space
 from harness.search.storage import (
     HEARTBEAT_KEY,
     JOURNAL_PREFIX,
@@ -61,6 +61,7 @@ __all__ = [
     "configurations",
     "describe_url",
     "discrete_size",
+    "drawable",
     "fill_queue",
     "interrupted",
     "journal_path",

@@ -38,6 +38,14 @@ def validate_space(space: Space, known_variants: list[str], experiment: str) -> 
                 raise SearchError(f"experiment.space.{variant}.{name}: give a list of choices or {{low, high}}")
 
 
+def drawable(space: Space, unmet: Mapping[str, str]) -> tuple[dict[str, Mapping[str, Any]], dict[str, str]]:
+    """The space the sampler draws from on this device, and the variants of `space` left out of it, each
+    with why (`unmet`: Experiment.unmet_needs). A variant that can never run here would only cost
+    trials that end skipped, which with a small search.n_trials may be most of the budget."""
+    left_out = {variant: unmet[variant] for variant in space if variant in unmet}
+    return {variant: params for variant, params in space.items() if variant not in left_out}, left_out
+
+
 def _is_int_range(choices: Mapping[str, Any]) -> bool:
     return all(isinstance(choices[k], int) for k in ("low", "high")) and isinstance(choices.get("step", 1), int)
 

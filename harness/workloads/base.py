@@ -18,6 +18,9 @@ from typing import Any, Callable
 import torch
 
 LAYOUTS = ("contiguous", "channels_last_3d")
+# Op kinds that run a whole model chunk (many ops) rather than one op: their profile keeps each op's
+# shapes apart, so every op can be attributed to the report card of the same op and shape.
+CHUNK_OP_KINDS = ("vae_decode",)
 
 _DTYPE_ALIASES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -210,6 +213,8 @@ class Workload:
     seed: int | None = None
     input_hash: dict[str, Any] | None = None  # sha256, path, over ("file" | "tensor:<name>"), tensors, sliced
     _reference: Callable[[torch.dtype], torch.Tensor] | None = field(default=None, repr=False)
+    # The model a chunk workload runs (CHUNK_OP_KINDS; None for one op): variants derive theirs from it.
+    module: torch.nn.Module | None = field(default=None, repr=False)
 
     def reference(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """The baseline output recomputed in a wide dtype (on the inputs' device) from the same inputs.
@@ -253,5 +258,6 @@ class Workload:
         from harness.profile.base import WorkloadFacts
 
         return WorkloadFacts(
-            flops=self.flops, min_bytes=self.min_bytes, dtype=dtype_name(self.dtype), op_kind=self.op_kind
+            flops=self.flops, min_bytes=self.min_bytes, dtype=dtype_name(self.dtype), op_kind=self.op_kind,
+            per_shape=self.op_kind in CHUNK_OP_KINDS,
         )

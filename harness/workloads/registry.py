@@ -11,8 +11,10 @@ from harness.workloads import attention as _attention
 from harness.workloads import cast as _cast
 from harness.workloads import conv3d as _conv3d
 from harness.workloads import linear as _linear
+from harness.workloads import vae_decode as _vae_decode
 from harness.workloads.attention import AttentionConfig
 from harness.workloads.base import (
+    CHUNK_OP_KINDS,
     Plan,
     Workload,
     WorkloadError,
@@ -25,13 +27,15 @@ from harness.workloads.base import (
 from harness.workloads.cast import CastConfig
 from harness.workloads.inputs import Source, check_seed, find_and_load
 
-OP_KINDS = ("linear", "conv3d", "attention", "cast")
+OP_KINDS = ("linear", "conv3d", "attention", "cast")  # the report's op cards; CHUNK_OP_KINDS: chunk cards
 
 # Scales at which the largest card of each kind runs in well under a second per call on a 2-core CPU
 # (float32, measured on the biggest report cards). Attention cost falls
 # with the square of the scale (queries x keys), as do conv3d (H x W) and linear (M x N).
-CPU_SCALES = {"linear": 0.25, "conv3d": 0.25, "attention": 0.1, "cast": 0.5}
-_MODULES = {"linear": _linear, "conv3d": _conv3d, "attention": _attention, "cast": _cast}
+# A VAE decode chunk runs the whole decoder: 0.04 leaves one latent frame of 2x1 (about 1 s per call).
+CPU_SCALES = {"linear": 0.25, "conv3d": 0.25, "attention": 0.1, "cast": 0.5, "vae_decode": 0.04}
+_MODULES = {"linear": _linear, "conv3d": _conv3d, "attention": _attention, "cast": _cast,
+            "vae_decode": _vae_decode}
 
 
 def plan_workload(
@@ -46,7 +50,7 @@ def plan_workload(
 ) -> Plan:
     """The shape, output shape, FLOPs and minimum bytes of a card's op at `scale`, without tensors."""
     if op_kind not in _MODULES:
-        raise WorkloadError(f"unknown op kind {op_kind!r}; known: {', '.join(OP_KINDS)}")
+        raise WorkloadError(f"unknown op kind {op_kind!r}; known: {', '.join(OP_KINDS + CHUNK_OP_KINDS)}")
     params = decode_parameters(op_kind, shape_parameters)
     torch_dtype = parse_dtype(dtype)
     factor = parse_scale(scale)
@@ -125,6 +129,7 @@ def build_workload(
             else None
         ),
         _reference=built["reference"],
+        module=built.get("module"),
     )
 
 
@@ -190,6 +195,7 @@ def build_for_card(card: Any, report: Any = None, **options: Any) -> Workload:
 
 
 __all__ = [
+    "CHUNK_OP_KINDS",
     "CPU_SCALES",
     "OP_KINDS",
     "AttentionConfig",

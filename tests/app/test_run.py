@@ -65,13 +65,13 @@ def test_an_infeasible_variant_is_never_best(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = (tmp_path / "summary.md").read_text()
     assert "no feasible variant" in summary
-    assert "infeasible" in summary and "skipped" in summary  # blas_library needs CUDA
+    assert "infeasible" in summary and "not drawn: blas_library (needs CUDA; device is cpu)" in summary
     kept = load_report(tmp_path / "best.json").cards
     assert len(kept) == 1 and kept[0].extra["harness"]["role"] == "baseline"  # the baseline is kept
 
 
 @pytest.mark.slow
-def test_bf16_conv_is_skipped_with_its_reason_on_a_cpu_without_bf16_math(tmp_path):
+def test_bf16_conv_is_not_drawn_with_its_reason_on_a_cpu_without_bf16_math(tmp_path):
     import torch
 
     if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
@@ -79,7 +79,25 @@ def test_bf16_conv_is_skipped_with_its_reason_on_a_cpu_without_bf16_math(tmp_pat
     proc = _run(tmp_path, "experiment=vae_bf16", "cards=[vae-480-conv3d-96to3k333t3-842ecd]")
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = (tmp_path / "summary.md").read_text()
-    assert "no bf16 math" in summary and "no fast CPU kernel" in summary
+    assert "- not drawn: low_precision (this CPU has no bf16 math" in summary and "no fast CPU kernel" in summary
+    assert "no variant of the space can run on this device (not drawn): baseline kept" in summary
+    assert not list((tmp_path / "trials" / "vae-480-conv3d-96to3k333t3-842ecd").glob("trial_*.json"))
+
+
+@pytest.mark.slow
+def test_with_fewer_trials_than_the_space_no_trial_is_spent_on_a_cuda_only_variant_on_a_cpu(tmp_path):
+    # 2 trials, 4 configurations of which 2 need CUDA: the default exhaustive search (seed 0) queued
+    # blas_library for one of the two before, a trial spent on a skip; now it is not drawn.
+    space = "{blas_library: {library: [cublas, cublaslt]}, dtype_layout: {compute_dtype: [float32], weight_layout: [nk, kn]}}"
+    card = "dit-480-linear-m3n5120k256-ff7b7c"
+    proc = _run(tmp_path, "experiment=dit_gemm_tiles", f"cards=[{card}]", "search.n_trials=2",
+                "~experiment.space", f"+experiment.space={space}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    study = optuna.load_study(study_name=f"dit_gemm_tiles:{card}", storage=f"sqlite:///{tmp_path}/optuna.db")
+    assert [t.params["variant"] for t in study.trials] == ["dtype_layout", "dtype_layout"]
+    summary = (tmp_path / "summary.md").read_text()
+    assert "- not drawn: blas_library (needs CUDA; device is cpu)" in summary
+    assert "skipped" not in summary
 
 
 @pytest.mark.parametrize(
@@ -101,3 +119,16 @@ def test_bad_input_exits_2_with_one_line(tmp_path, overrides, message):
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-1500:])
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_confirmed_timing_restates_the_rates_on_the_card(seed_report):
+    import copy
+
+    from harness.run import restate_rates
+
+    card = copy.deepcopy(seed_report.card("dit-480-linear-m3n5120k5120-d55d81"))
+    card.extra["variant"] = {"calls": 4, "nominal_flops_per_call": 2e9, "per_call_us": 777.7, "achieved_tflops": 2.6}
+    card.extra["timing"] = {"median_us": 800.0}  # the confirm rounds' median per invocation of 4 calls
+    restate_rates(card)
+    assert card.extra["variant"]["per_call_us"] == 200.0
+    assert card.extra["variant"]["achieved_tflops"] == pytest.approx(2e9 / 200e-6 / 1e12)  # 10 TFLOP/s

@@ -20,6 +20,7 @@ from harness.cards.model import Report, load_report, save_report
 from harness.cards.rules import classify_card
 from harness.cards.diff import diff_reports
 from tests.app.test_run import _run
+from tests.cards.test_verdict_rows import _batched_pair, _pair
 
 CARD = "vae-480-conv3d-16to16k111t3-9507c7"
 VAE_WITH_TRANSPOSES = "vae-704-conv3d-96to96k333t6-b28294"
@@ -197,6 +198,35 @@ def test_diff_page_marks_removed_transposes(seed_report: Report) -> None:
     assert "before us" in page and "after us" in page
     assert "no device peaks recorded" in page  # the shipped report carries no peaks: no roofline, no crash
     assert external_loads(page) == [] and "<script" not in page
+
+
+def test_diff_page_labels_the_timing_per_call_and_the_kernel_sums_per_invocation(seed_report: Report) -> None:
+    """A batched variant (20 calls per invocation): its time per call, its kernels per invocation and per call."""
+    base, tried = _batched_pair(seed_report)
+    tried.extra["variant"]["per_call_us"] = 777.7  # the search's per-call time, before confirm rounds re-timed it
+    before, after = Report(cards=[base]), Report(cards=[tried])
+    page = render_diff_html(diff_reports(before, after), before, after, title="batched")
+    assert ("<th>before us (timing median per original call)</th><th>after us (timing median per original call)</th>"
+            in page)
+    assert f'<td class="num">5400.0</td><td class="num">{14452.0 / 20:.1f}</td>' in page
+    assert ("<th>before us (kernel-duration sum per invocation)</th><th>after us (kernel-duration sum per "
+            "invocation)</th><th>before us per original call (/ 1)</th><th>after us per original call (/ 20)</th>"
+            in page)
+    assert (f'<td class="num">5190.67</td><td class="num">14451.64</td><td class="num">5190.67</td>'
+            f'<td class="num">{14451.64 / 20:.2f}</td>') in page
+    assert (f"kernel-duration sum per invocation: 5190.67 -&gt; 14451.64 us; per original call: 5190.67 -&gt; "
+            f"{14451.64 / 20:.2f} us") in page
+    assert "777.7" not in page  # one time per card: the stale search time is not shown beside it
+
+
+def test_diff_page_rows_name_the_interval_and_the_band(seed_report: Report) -> None:
+    _, base, tried, verdict = _pair(seed_report, 2.0)
+    before, after = Report(cards=[base]), Report(cards=[tried])
+    page = render_diff_html(diff_reports(before, after), before, after, title="confirmed")
+    lo, hi = verdict.ci
+    assert f'<td class="num">{verdict.speedup:.2f}x [{lo:.2f}, {hi:.2f}]</td>' in page
+    assert ('<span class="FASTER">FASTER</span> <small>(whole 95% CI above the SAME band [0.952, 1.05])</small>'
+            in page)
 
 
 def test_gpu_peaks_layout_gives_roofs(seed_report: Report) -> None:

@@ -48,8 +48,12 @@ def profile_command(
     cache_control: CacheControl,
     metric_set: str = "report",
     ncu: str = "ncu",
+    metrics: Sequence[str] | None = None,
 ) -> NcuCommand:
-    """ncu profiling the kernels `child_argv` launches inside the push/pop NVTX range `nvtx_range`."""
+    """ncu profiling the kernels `child_argv` launches inside the push/pop NVTX range `nvtx_range`.
+
+    `metrics`: the list to request (metric_set's, checked against the chip: metrics.resolve_metrics);
+    None requests metric_set's list as it is."""
     if not nvtx_range or nvtx_range.endswith("/"):
         raise ValueError(
             f"NVTX range name {nvtx_range!r}: give the bare push/pop range name (no trailing '/')"
@@ -60,7 +64,9 @@ def profile_command(
         raise ValueError(f"cache_control must be 'all' or 'none', got {cache_control!r}")
     if not child_argv:
         raise ValueError("the child command is empty")
-    metrics = metrics_for(metric_set)
+    metrics = metrics_for(metric_set) if metrics is None else list(metrics)
+    if not metrics:
+        raise ValueError(f"no metric left to request for metric set {metric_set!r}")
     target = Path(report_path)
     # ncu appends the suffix to -o itself; pass the stem so the file name is predictable.
     stem = (

@@ -39,6 +39,15 @@ _KNOWN: tuple[_Known, ...] = (
         ),
     ),
     _Known(
+        "profiler_unavailable",
+        re.compile(r"Failed to initialize the profiler:?\s*(\w*)"),
+        lambda m: (
+            f"ncu cannot profile on this machine (Failed to initialize the profiler: {m.group(1) or 'no reason'}), "
+            "seen where the runtime does not expose the GPU performance counters (a gVisor sandbox): "
+            "use profiler=torch_cuda (the CUDA trace), or a machine where ncu reads the counters"
+        ),
+    ),
+    _Known(
         "counters_busy",
         re.compile(r"driver resource was unavailable"),
         lambda m: (

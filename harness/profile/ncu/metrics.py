@@ -1,8 +1,14 @@
 """Which Nsight Compute metric carries each report field, and the metric sets a trial requests.
 
 `FIELD_SOURCES` is the one table of report field -> ncu metric. Each entry names the metric to
-request, the names an older ncu or chip reports the same quantity under, and the label the
-details page (`ncu --csv`, one row per metric) prints for it.
+request, the names an older ncu or chip reports the same quantity under, the names to request
+instead on a chip that lacks the metric, and the label the details page (`ncu --csv`, one row per
+metric) prints for it.
+
+A metric ncu does not know on the chip makes the whole run fail ("Failed to find metric"), so a
+trial's list can be checked first against the chip's own list (`ncu --query-metrics
+--query-metrics-mode all`, read by `parse_query_metrics`): `resolve_metrics` keeps what the chip
+has, swaps a missing metric for its first alternative the chip has, and drops the rest with a note.
 """
 
 from __future__ import annotations
@@ -18,6 +24,13 @@ class FieldSource:
     metric: str  # requested with --metrics
     fallbacks: tuple[str, ...] = ()  # read, in order, when `metric` is absent; never requested
     display: str | None = None  # the details page's "Metric Name"; None: that page lacks it
+    # Requested instead of `metric`, first one the chip has, when the chip lacks `metric`; read after
+    # `metric` and `fallbacks`. Each measures the same quantity, or the nearest one the chip counts.
+    alternatives: tuple[str, ...] = ()
+
+    def names(self) -> tuple[str, ...]:
+        """Every metric name this field may be read from, in the order they are tried."""
+        return tuple(dict.fromkeys((self.metric, *self.fallbacks, *self.alternatives)))
 
 
 FIELD_SOURCES: dict[str, FieldSource] = {
@@ -27,12 +40,21 @@ FIELD_SOURCES: dict[str, FieldSource] = {
         "sm__throughput.avg.pct_of_peak_sustained_elapsed", display="Compute (SM) Throughput"
     ),
     # Not collected by any default section, so the details page has no label for it; the name is
-    # the report's and must be checked on Hopper with `ncu --query-metrics`.
-    "tensor_pct": FieldSource("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"),
+    # the report's and is checked on the chip with `ncu --query-metrics` (resolve_metrics). Where the
+    # chip lacks it: the tensor pipe of Hopper's warpgroup MMA (wgmma, what cuBLAS runs there), then
+    # the HMMA pipe (mma.sync); the profile's settings record which one was read.
+    "tensor_pct": FieldSource(
+        "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+        alternatives=(
+            "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+            "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+        ),
+    ),
     "dram_pct": FieldSource(
         "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
         ("dram__throughput.avg.pct_of_peak_sustained_elapsed",),
         "DRAM Throughput",
+        alternatives=("dram__throughput.avg.pct_of_peak_sustained_elapsed",),
     ),
     "l2_pct": FieldSource("lts__throughput.avg.pct_of_peak_sustained_elapsed", display="L2 Cache Throughput"),
     "warps_active_pct": FieldSource(
@@ -93,3 +115,77 @@ def metrics_for(set_name: str) -> list[str]:
     for part in parts:
         chosen.extend(name for name in METRIC_SETS[part] if name not in chosen)
     return chosen
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking a metric list against what the chip has
+
+# Every ncu since 2019 has it on every chip: a query list without it was not parsed right.
+SENTINEL_METRIC = "gpu__time_duration.sum"
+_REGEX = "regex:"
+
+
+def parse_query_metrics(text: str) -> set[str]:
+    """Metric names in the output of `ncu --query-metrics --query-metrics-mode all` (or a plain list,
+    one name per line): the first word of each line that starts with one; headers, separators and
+    the indented description lines are left out (a name holds "__")."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        if not line or line[0].isspace():
+            continue
+        word = line.split()[0]
+        if "__" in word and not word.startswith("=="):
+            names.add(word)
+    return names
+
+
+@dataclass(frozen=True)
+class MetricPlan:
+    metrics: list[str]  # what to pass to --metrics
+    substituted: dict[str, str]  # requested name -> the alternative requested instead
+    dropped: list[str]  # requested names the chip has no metric (nor alternative) for
+    notes: list[str]
+
+
+def _alternatives_of(name: str) -> tuple[str, ...]:
+    for source in FIELD_SOURCES.values():
+        if source.metric == name:
+            return source.alternatives
+    return ()
+
+
+def _has(name: str, available: set[str]) -> bool:
+    if name.startswith(_REGEX):
+        pattern = re.compile(name[len(_REGEX):])
+        return any(pattern.search(candidate) for candidate in available)
+    return name in available
+
+
+def resolve_metrics(requested: list[str], available: set[str] | None, source: str = "the chip") -> MetricPlan:
+    """`requested` checked against the chip's metric names (`available`; None: not checked, all kept).
+
+    A list without SENTINEL_METRIC is not trusted (a query that printed something else) and leaves
+    `requested` as it is, with a note."""
+    if available is None:
+        return MetricPlan(list(requested), {}, [], [])
+    if SENTINEL_METRIC not in available:
+        return MetricPlan(list(requested), {}, [], [
+            f"metric list of {source} not used: it lacks {SENTINEL_METRIC} ({len(available)} names read)"])
+    chosen: list[str] = []
+    substituted: dict[str, str] = {}
+    dropped: list[str] = []
+    notes: list[str] = []
+    for name in requested:
+        if _has(name, available):
+            pick: str | None = name
+        else:
+            pick = next((alt for alt in _alternatives_of(name) if alt in available), None)
+            if pick is None:
+                dropped.append(name)
+                notes.append(f"{name}: not a metric of {source}; not collected")
+                continue
+            substituted[name] = pick
+            notes.append(f"{name}: not a metric of {source}; collected {pick} instead")
+        if pick not in chosen:
+            chosen.append(pick)
+    return MetricPlan(chosen, substituted, dropped, notes)

@@ -108,7 +108,7 @@ def report_metrics(record: NcuKernelRecord) -> dict[str, float | None]:
     """The report's metric fields in report units; a field this kernel does not carry is None."""
     out: dict[str, float | None] = {}
     for name, source in FIELD_SOURCES.items():
-        keys = (source.metric, *source.fallbacks) + ((source.display,) if source.display else ())
+        keys = source.names() + ((source.display,) if source.display else ())
         out[name] = _read(record, record.value(*keys), METRIC_UNITS[name])
     return out
 

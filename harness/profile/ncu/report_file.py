@@ -22,7 +22,7 @@ from harness.profile.ncu.runner import run_ncu
 
 # Every metric a report field or a counter-experiment may read; the stall metrics are found by name.
 _WANTED: tuple[str, ...] = (
-    *(name for source in FIELD_SOURCES.values() for name in (source.metric, *source.fallbacks)),
+    *(name for source in FIELD_SOURCES.values() for name in source.names()),
     *CACHE_BYTES_METRICS.values(),
     "device__attribute_display_name",
 )

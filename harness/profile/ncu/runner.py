@@ -1,18 +1,28 @@
 """Run a command under a deadline, in its own process group, and check ncu's output for failures.
 
 ncu has no timeout flag, and it starts the profiled program (which may start its own children):
-killing ncu alone would leave them running on the GPU. The command therefore runs as the leader of
-a new session, and on the deadline the whole group gets SIGTERM, then SIGKILL after a grace period.
+killing ncu alone would leave them running on the GPU. The command therefore runs in a new session
+whose leader is a small supervisor (supervise.py), and the group dies on every way out:
+- the deadline: the whole group gets SIGTERM, then SIGKILL after a grace period;
+- a normal end or an exception here (Ctrl-C): SIGKILL to whatever of the group is left;
+- this process killed outright (a `timeout` around the harness, the worker's parent gone): the
+  supervisor gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and SIGKILLs the group;
+- this interpreter exiting with a command still running (a thread's): an atexit hook kills it.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
+import sys
+import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from harness.profile.ncu.failures import deadline_exceeded, detect, ncu_missing
@@ -28,6 +38,32 @@ class RunResult:
     seconds: float
 
 
+SUPERVISOR = Path(__file__).with_name("supervise.py")
+
+# Process groups of commands still running, killed if this interpreter exits first.
+_LIVE: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+@atexit.register
+def _kill_live_groups() -> None:
+    with _LIVE_LOCK:
+        groups = list(_LIVE)
+    for pgid in groups:
+        _signal_group(pgid, signal.SIGKILL)
+
+
+def _check_executable(program: str, cwd: str | os.PathLike[str] | None) -> None:
+    """FileNotFoundError unless `program` names an executable (the supervisor would only say 127)."""
+    if os.sep in program:
+        path = Path(cwd or ".") / program if not os.path.isabs(program) else Path(program)
+        if path.is_file() and os.access(path, os.X_OK):
+            return
+    elif shutil.which(program):
+        return
+    raise FileNotFoundError(2, "No such file or directory", program)
+
+
 def run_command(
     argv: Sequence[str],
     deadline_s: float,
@@ -35,14 +71,21 @@ def run_command(
     grace_s: float = 5.0,
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
+    supervised: bool = True,
 ) -> RunResult:
-    """Run `argv` to completion or until `deadline_s`; on the deadline its whole process group dies.
+    """Run `argv` to completion or until `deadline_s`; on the deadline its whole process group dies,
+    and nothing of the group outlives the call, nor this process (`supervised`: see the module).
 
     FileNotFoundError propagates when the executable does not exist.
     """
+    argv = list(argv)
+    if not argv:
+        raise ValueError("empty command")
+    _check_executable(argv[0], cwd)
     started = time.monotonic()
+    launch = [sys.executable, str(SUPERVISOR), *argv] if supervised else argv
     proc = subprocess.Popen(
-        list(argv),
+        launch,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -52,6 +95,8 @@ def run_command(
         cwd=cwd,
         env=dict(env) if env is not None else None,
     )
+    with _LIVE_LOCK:
+        _LIVE.add(proc.pid)
     timed_out = False
     try:
         try:
@@ -64,6 +109,11 @@ def run_command(
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
         raise
+    finally:
+        # Whatever the leader left behind (a profiled program still running after ncu exited).
+        _signal_group(proc.pid, signal.SIGKILL)
+        with _LIVE_LOCK:
+            _LIVE.discard(proc.pid)
     return RunResult(
         argv=tuple(argv),
         returncode=proc.returncode,

@@ -72,8 +72,9 @@ ACCEPTED: dict[str, dict[str, Fraction]] = {
     "cycles": dict(_CYCLES),
     "MB": _per(_BYTES, Fraction(10**6)),
     "blocks/SM": {"block": Fraction(1)},
-    # Warps stalled per issue-active cycle; the Python report module labels it "inst".
-    "ratio": {"": Fraction(1), "inst": Fraction(1)},
+    # Warps stalled per issue-active cycle (the `.ratio` stall metrics): no unit on the raw page, "inst"
+    # from the Python report module, and "ratio" as newer ncu versions print a `.ratio` metric's unit.
+    "ratio": {"": Fraction(1), "inst": Fraction(1), "ratio": Fraction(1)},
 }
 
 

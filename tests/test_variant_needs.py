@@ -1,0 +1,85 @@
+"""A variant's needs (`@EXPERIMENT.variant(needs=...)`): the search never draws a variant this device cannot run."""
+
+import importlib
+
+import optuna
+import pytest
+
+from harness.experiment import Experiment, ExperimentError
+from harness.search import drawable, open_study, plan_search, suggest
+
+
+def _experiment() -> Experiment:
+    experiment = Experiment(name="e", op_kinds=("linear",), hypothesis="h", check="effective_flops")
+
+    @experiment.baseline
+    def base(w):
+        return lambda: None
+
+    @experiment.variant  # the plain form still registers, with no needs
+    def anywhere(w, x=1):
+        return lambda: None
+
+    @experiment.variant(needs="cuda")
+    def gpu_only(w, tile=16):
+        return lambda: None
+
+    @experiment.variant(needs=lambda device: None if device == "cpu" else "a CPU-only library")
+    def cpu_only(w):
+        return lambda: None
+
+    return experiment
+
+
+def test_plain_and_needs_registrations_both_register_and_needs_name_what_is_unmet():
+    experiment = _experiment()
+    assert list(experiment.variants) == ["base", "anywhere", "gpu_only", "cpu_only"]
+    assert experiment.baseline_name == "base"
+    assert experiment.unmet_needs("cpu") == {"gpu_only": "needs CUDA; device is cpu"}
+    assert experiment.unmet_needs("cuda:1") == {"cpu_only": "a CPU-only library"}
+    experiment.check_space({"gpu_only": {"tile": [16]}})  # the registered function keeps its signature
+
+
+def test_an_unknown_need_is_an_error_at_registration():
+    experiment = Experiment(name="e", op_kinds=("linear",), hypothesis="h", check="effective_flops")
+    with pytest.raises(ExperimentError, match="needs='tpu'"):
+        experiment.variant(needs="tpu")
+
+
+def test_drawable_leaves_out_the_unmet_variants_of_the_space_only():
+    space = {"anywhere": {"x": [1, 2]}, "gpu_only": {"tile": [16, 32]}}
+    kept, left_out = drawable(space, {"gpu_only": "needs CUDA; device is cpu", "cpu_only": "not in the space"})
+    assert kept == {"anywhere": {"x": [1, 2]}}
+    assert left_out == {"gpu_only": "needs CUDA; device is cpu"}
+
+
+@pytest.mark.parametrize("sampler", ["bruteforce", "random", "tpe"])
+def test_with_fewer_trials_than_the_space_no_trial_goes_to_a_cuda_only_variant_on_a_cpu(sampler, tmp_path):
+    # 2 runnable configurations and 4 CUDA-only ones: before, n_trials=2 could spend both on CUDA-only skips.
+    experiment = _experiment()
+    space = {"anywhere": {"x": [1, 2]}, "gpu_only": {"tile": [16, 32, 64, 128]}}
+    kept, _ = drawable(space, experiment.unmet_needs("cpu"))
+    plan = plan_search(kept, {"n_trials": 2, "sampler": sampler, "seed": 3})
+    study = open_study("s", f"sqlite:///{tmp_path}/optuna.db", plan.sampler, resume=False)
+    drawn: list[str] = []
+
+    def objective(trial: optuna.Trial) -> float:
+        variant, _ = suggest(trial, kept)
+        drawn.append(variant)
+        return 1.0
+
+    study.optimize(objective, n_trials=10)  # stops when the shared budget of 2 is spent
+    assert drawn == ["anywhere", "anywhere"]
+
+
+def test_the_shipped_cuda_only_variants_declare_it():
+    cuda_only = {"dit_gemm_tiles": {"blas_library", "triton_matmul"}, "dit_small_m_batching": {"gemv"},
+                 "output_cast": {"vectorized_kernel"}, "attention_backends": {"flash_attn"}}
+    for module, variants in cuda_only.items():
+        experiment = importlib.import_module(f"experiments.{module}").EXPERIMENT
+        assert set(experiment.unmet_needs("cpu")) == variants, module
+        assert experiment.unmet_needs("cuda") == {}, module
+    vae_bf16 = importlib.import_module("experiments.vae_bf16")
+    assert vae_bf16.EXPERIMENT.unmet_needs("cuda") == {}
+    expected = {} if vae_bf16._cpu_has_bf16_math() else {"low_precision": vae_bf16.low_precision_math("cpu")}
+    assert vae_bf16.EXPERIMENT.unmet_needs("cpu") == expected
