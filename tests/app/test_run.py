@@ -44,6 +44,8 @@ def test_channels_last_end_to_end(tmp_path):
     study = optuna.load_study(study_name=f"vae_channels_last:{card.id}", storage=f"sqlite:///{tmp_path}/optuna.db")
     assert len(study.trials) == 3
     assert "outside measurement" in proc.stdout and str(tmp_path) in proc.stdout
+    assert not (tmp_path / "worker.pid").exists()  # the worker ended with the run: no stale pid file
+    assert "\r" not in proc.stderr  # no progress-bar redraws in a redirected log: plain lines instead
     # Lint finds no defect in the after-report: it is valid input for the next round.
     lint = subprocess.run([sys.executable, "-m", "harness.cards", "lint", str(tmp_path / "best.json"), "--json"],
                           capture_output=True, text=True)
