@@ -3,7 +3,7 @@
 Everything measured is written as soon as it exists (atomic writes): the baseline card and every
 trial card under `trials/<card>/`, the Optuna study in its storage. The run-level files (baseline.json,
 best.json, diff.md/json, summary.md) are rewritten after each card, so an interrupted run keeps
-what it finished.
+what it finished; report.html, which reads all of them and the studies, once at the end or on a stop.
 """
 
 from __future__ import annotations
@@ -460,7 +460,6 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
                                 "re-profiled here (at the recorded workload scale)"))
     write_text_atomic(ctx.run_dir / "diff.md", render_markdown(diff, title))
     write_text_atomic(ctx.run_dir / "summary.md", render_summary(ctx, outcomes, diffs))
-    write_page(ctx.run_dir)
     return diff
 
 
@@ -650,6 +649,12 @@ def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[Car
             write_outputs(ctx, outcomes)
     except KeyboardInterrupt as stop:  # SIGINT/SIGTERM: how far the run got, for run.json and the banners
         note_progress(stop, ctx, [o.card_id for o in outcomes], [c.id for c in cards])
+        if outcomes:
+            write_page(run_dir)  # the page of the cards finished; the stop's banner goes atop it
+        raise
+    except RunError:
+        if outcomes:
+            write_page(run_dir)
         raise
     wall = time.perf_counter() - started
     ctx.phases["wall_s"] = wall
@@ -658,5 +663,6 @@ def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[Car
                                              "cards": [o.card_id for o in outcomes],
                                              "storage": describe_url(storage),
                                              "worker": cfg["search"].get("worker")})
-    write_page(run_dir)  # again, now with run.json's environment and phases
+    # Once, at the end (it reads every card file and the studies), with run.json's environment and phases.
+    write_page(run_dir)
     return ctx, outcomes
