@@ -7,8 +7,8 @@
     w.flops, w.min_bytes, w.describe()
 
 `plan_workload` / `plan_for_card` give the same arithmetic (shape, FLOPs, bytes) without tensors.
-One module per op kind: linear, conv3d, attention, cast; inputs.py finds, verifies and slices captured
-inputs or makes seeded synthetic ones.
+One module per op kind: linear, conv3d, attention, cast, vae_decode (a chunk card's whole decode);
+inputs.py finds, verifies and slices captured inputs or makes seeded synthetic ones.
 """
 
 from harness.workloads.attention import (

@@ -32,7 +32,7 @@ OP_KINDS = ("linear", "conv3d", "attention", "cast")  # the report's op cards; C
 # Scales at which the largest card of each kind runs in well under a second per call on a 2-core CPU
 # (float32, measured on the biggest report cards). Attention cost falls
 # with the square of the scale (queries x keys), as do conv3d (H x W) and linear (M x N).
-# A VAE decode chunk runs the whole decoder: 0.04 leaves one latent frame of 2x1 (about 1 s per call).
+# A VAE decode chunk runs the whole decoder: 0.04 leaves one latent frame of 2x1 (0.2 to 1 s per call).
 CPU_SCALES = {"linear": 0.25, "conv3d": 0.25, "attention": 0.1, "cast": 0.5, "vae_decode": 0.04}
 _MODULES = {"linear": _linear, "conv3d": _conv3d, "attention": _attention, "cast": _cast,
             "vae_decode": _vae_decode}
