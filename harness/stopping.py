@@ -23,7 +23,7 @@ from harness.cards.model import Report, ReportError, load_report, save_report, w
 from harness.search import describe_url
 
 if TYPE_CHECKING:
-    from harness.run import CardOutcome, RunContext
+    from harness.run_state import CardOutcome, RunContext
 
 PROGRESS_ATTR = "harness_progress"  # the KeyboardInterrupt's attribute holding a Progress
 BANNER_START = "> **Stopped"

@@ -1,7 +1,7 @@
 """A trial rebuilt from its spec: the card's workload and the callable to run, as the worker and the
 ncu child (harness.profile.ncu_child) both need them, so the two processes build the same thing.
 
-The spec is the JSON the run sends (harness.run.run_card): experiment module, device, scale, seed,
+The spec is the JSON the run sends (harness.card_search.run_card): experiment module, device, scale, seed,
 inputs, attention and cast settings, and `applied`, the variants earlier rounds adopted on the card
 (harness.rounds), which decide the baseline and the inputs the variants start from.
 """

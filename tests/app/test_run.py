@@ -126,7 +126,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, overrides, message):
 def test_confirmed_timing_restates_the_rates_on_the_card(seed_report):
     import copy
 
-    from harness.run import restate_rates
+    from harness.card_search import restate_rates
 
     card = copy.deepcopy(seed_report.card("dit-480-linear-m3n5120k5120-d55d81"))
     card.extra["variant"] = {"calls": 4, "nominal_flops_per_call": 2e9, "per_call_us": 777.7, "achieved_tflops": 2.6}

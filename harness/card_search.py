@@ -1,0 +1,307 @@
+"""One card's search: the baseline, the Optuna trials in the worker, and the paired confirm rounds.
+
+A trial that raises, runs out of memory, crashes the worker or passes `search.trial_deadline_s` is
+recorded as FAIL with its reason and the search goes on (see harness.worker).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import optuna
+from tqdm import tqdm
+
+from harness.cards.diff import calls_per_invocation
+from harness.cards.model import Card, Report, load_report, save_report
+from harness.cards.noise import paired_verdict
+from harness.measure import TimingSettings
+from harness.rounds import APPLIED_KEY, RoundError, applied_entry, applied_of, label_text
+from harness.run_state import CardOutcome, RunContext, RunError, same_band
+from harness.search import (
+    best_feasible,
+    budget_trials,
+    drawable,
+    open_study,
+    plan_search,
+    remaining_trials,
+    suggest,
+)
+from harness.worker import (
+    CardSession,
+    Reply,
+    TrialFailed,
+    WorkerError,
+    deadline_from,
+    quiet_trial_failures,
+    worker_for,
+)
+from harness.workloads.registry import cast_frames_from_report
+
+log = logging.getLogger("harness")
+
+
+def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcome:
+    """Measure the card's baseline, search its variants and confirm the best, all in the worker process.
+
+    A trial that raises, runs out of memory, crashes the worker or passes `search.trial_deadline_s`
+    is recorded as FAIL with its reason and the search goes on (see harness.worker). A baseline that
+    cannot be measured is a RunError for the run (one line): without it nothing can be compared; the
+    cards finished before it keep their outputs. A failed confirm step keeps the search's timings.
+    """
+    cfg, experiment = ctx.cfg, ctx.experiment
+    workload_cfg = cfg["workload"]
+    scale = workload_cfg.get("scale") or (1.0 if ctx.device.startswith("cuda") else workload_cfg["cpu_scale"])
+    cast_cfg = {k: v for k, v in dict(workload_cfg.get("cast") or {}).items()}
+    if card.op_kind == "cast" and cast_cfg.get("frames") is None:
+        # The report lost the cast's shape; its pair of cast cards per resolution tells 9 from 12 frames.
+        frames = cast_frames_from_report(ctx.report.card(card.id), ctx.report)
+        if frames is not None:
+            cast_cfg["frames"] = frames
+    trials_dir = ctx.run_dir / "trials" / card.id
+    try:
+        applied = applied_of(card.extra)  # variants earlier rounds adopted: the baseline builds on them
+    except RoundError as exc:
+        raise RunError(f"card {card.id}: {exc}") from None
+    label = {"experiment": experiment.name, "variant": experiment.baseline_name, "params": {},
+             "role": "baseline", "report": report_path or "(shipped)", "run": str(ctx.run_dir.resolve()),
+             "hypothesis": experiment.hypothesis, "check": experiment.check}
+    if applied:  # round 2 and later: the baseline is the last variant adopted, as it was adopted
+        last = applied[-1]
+        label.update(experiment=last["experiment"], variant=last["variant"], params=dict(last.get("params") or {}),
+                     builds_on=[label_text(a) for a in applied])
+    correctness = dict(cfg["experiment"]["correctness"])  # harness.correctness.Rule: judged in the worker
+    spec = {
+        "report": report_path, "card_id": card.id, "experiment_module": cfg["experiment"]["module"],
+        "device": ctx.device, "scale": scale, "seed": int(workload_cfg.get("seed", 0)),
+        "inputs_dir": (cfg.get("inputs") or {}).get("dir"), "attention": dict(workload_cfg.get("attention") or {}),
+        "cast": cast_cfg, "warmup": ctx.settings.warmup, "applied": applied,
+    }
+    profiler_cfg = dict(cfg.get("profiler") or {})
+    if experiment.metric_set:
+        profiler_cfg["metric_set"] = experiment.metric_set
+    profiler_cfg["name"] = ctx.profiler.name  # resolved: the worker makes the same backend
+    try:
+        deadline = deadline_from(cfg)
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
+    worker = worker_for(ctx)
+    session = CardSession(worker, {
+        "card": card.to_dict(), "spec": spec, "correctness": correctness, "settings": dict(vars(ctx.settings)),
+        "rules": cfg.get("rules"), "profiler": profiler_cfg, "environment": ctx.environment,
+        "reference_path": str(trials_dir / "reference.pt"),
+    }, deadline)
+    quiet_trial_failures()
+    seen = [len(worker.startups)]  # starts before this card (a worker may serve several runs)
+    ctx.phases.setdefault("worker_startup_s", 0.0)
+    ctx.phases.setdefault("worker_starts", 0)
+
+    def account(reply: Reply) -> Reply:
+        seconds = reply.result.get("seconds") or {}
+        ctx.phases["measurement_s"] += seconds.get("timing_s", 0.0)
+        ctx.phases["profiling_s"] += seconds.get("profile_s", 0.0)
+        ctx.phases["setup_s"] += seconds.get("setup_s", 0.0) + seconds.get("build_s", 0.0)
+        started = worker.startups[seen[0]:]
+        seen[0] = len(worker.startups)
+        ctx.phases["worker_startup_s"] += sum(started)  # paid once per run, and again per restart
+        ctx.phases["worker_starts"] += len(started)
+        return reply
+
+    try:
+        reply = account(session.measure(
+            role="baseline", variant=experiment.baseline_name, params={}, label=label,
+            card_path=trials_dir / "baseline.json",
+            extra={"report_card": {"primary": card.primary, "summed_kernel_us": card.summed_kernel_us,
+                                   "dominant_kernel": card.dominant_kernel}, "baseline_drift": []}))
+    except WorkerError as exc:
+        raise RunError(f"card {card.id}: {exc}") from None
+    if not reply.ok:
+        if reply.kind == "setup":
+            raise RunError(f"card {card.id}: cannot build its workload ({reply.reason})")
+        raise RunError(f"card {card.id}: the baseline {label['variant']} failed: {reply.reason}")
+    base_card = load_report(reply.result["card_path"]).cards[0]
+    base_card.extra[APPLIED_KEY] = applied  # kept as it is when this run adopts nothing
+    drift: list[dict[str, Any]] = base_card.extra.setdefault("baseline_drift", [])
+
+    space, _ = drawable(cfg["experiment"].get("space") or {}, ctx.not_drawn)
+    outcome = CardOutcome(card.id, card, base_card)
+    if not space:
+        return outcome  # a baseline-only experiment, or no variant of its space can run here: nothing to search
+    plan = plan_search(space, cfg["search"])
+    study_name = f"{experiment.name}:{card.id}"
+    study = open_study(study_name, ctx.storage, plan.sampler, bool(cfg["search"].get("resume", False)))
+    drift_settings = TimingSettings(warmup=1, min_repeats=3, budget_s=float(cfg["timing"]["drift_budget_s"]),
+                                    cuda_graph=ctx.settings.cuda_graph)
+    no_worker: list[str] = []  # why no worker process could be started again, if that happened
+
+    def objective(trial: optuna.Trial) -> float:
+        variant, params = suggest(trial, space)
+        trial.set_user_attr("variant", variant)
+        trial_label = {**label, "experiment": experiment.name, "variant": variant, "params": params, "role": "trial",
+                       "trial": trial.number}
+        path = trials_dir / f"trial_{trial.number:04d}_{variant}.json"
+        try:
+            reply = account(session.measure(role="trial", variant=variant,
+                                            params=params,
+                                            label=trial_label, card_path=path))
+        except WorkerError as exc:  # not this trial's fault, and no later trial can run either
+            no_worker.append(str(exc))
+            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("reason", str(exc))
+            trial.study.stop()
+            raise TrialFailed(str(exc)) from None
+        if reply.result.get("card_path"):  # written by the worker before it answered
+            trial.set_user_attr("card", reply.result["card_path"])
+        if reply.kind == "skipped":
+            trial.set_user_attr("status", "skipped")
+            trial.set_user_attr("reason", reply.reason)
+            raise optuna.TrialPruned(reply.reason)
+        if not reply.ok:
+            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("reason", reply.reason)
+            log.warning("card %s trial %d %s%s failed: %s", card.id, trial.number, variant,
+                        f" {params}" if params else "", reply.reason)
+            raise TrialFailed(reply.reason)
+        result = reply.result
+        trial.set_user_attr("correctness", result["correctness"])
+        if not result["correctness"]["feasible"]:
+            trial.set_user_attr("status", "infeasible")
+            judged = result["correctness"]
+            raise optuna.TrialPruned(f"max_rel {judged['max_rel']:.3g} > bound {judged['bound']:.3g}")
+        trial.set_user_attr("status", "complete")
+        try:
+            again = session.retime(drift_settings)
+        except WorkerError as exc:
+            again = Reply(False, "crash", {}, str(exc))
+        if again.ok:
+            drift.append({"after_trial": trial.number, "median_us": again.result["median_us"]})
+        else:  # the trial itself was measured; only its drift check is lost
+            trial.set_user_attr("drift_error", again.reason)
+            log.warning("card %s: baseline re-timing after trial %d failed: %s", card.id, trial.number, again.reason)
+        return result["median_us"] / result["calls"]
+
+    todo = remaining_trials(study, plan.n_trials)
+    if todo:
+        with progress(todo, f"{card.id} [{plan.sampler_name}]") as bar:
+            study.optimize(objective, n_trials=todo, timeout=cfg["search"].get("timeout"),
+                           catch=(Exception,), callbacks=[lambda s, t: bar.update(1)])
+        if no_worker:
+            raise RunError(f"card {card.id}: {no_worker[0]}")
+    save_report(Report(cards=[base_card]), trials_dir / "baseline.json")
+    counted = budget_trials(study.get_trials(deepcopy=False))  # surplus and since-retried trials left out
+    for trial in counted:
+        variant = trial.user_attrs.get("variant", "?")
+        params = {k.split(".", 1)[-1]: v for k, v in trial.params.items() if k != "variant"}
+        key = f"{variant}({', '.join(f'{k}={v}' for k, v in params.items())})" if params else variant
+        status = trial.user_attrs.get("status")
+        if status == "skipped":
+            outcome.skipped[key] = trial.user_attrs.get("reason", "")
+        elif status == "infeasible":
+            c = trial.user_attrs.get("correctness", {})
+            why = f" ({c['note']})" if c.get("note") else ""
+            outcome.infeasible[key] = (f"max_rel {c.get('max_rel', float('nan')):.3g} > bound "
+                                       f"{c.get('bound', float('nan')):.3g}{why}")
+        elif trial.state == optuna.trial.TrialState.FAIL:
+            stopped = trial.system_attrs.get("harness:interrupted")  # the process was stopped mid-trial
+            reason = trial.user_attrs.get("reason") or (f"interrupted ({stopped})" if stopped else None)
+            outcome.failed[key] = str(reason or "failed (no reason recorded)")[:200]
+    outcome.n_trials = len(counted)
+    best = best_feasible(study)
+    if best is not None:
+        outcome.tried = load_report(best.user_attrs["card"]).cards[0]
+        outcome.tried_variant = best.user_attrs.get("variant")
+        outcome.tried_params = {k.split(".", 1)[-1]: v for k, v in best.params.items() if k != "variant"}
+        reply, outcome.confirmation = confirm(ctx, session, base_card, outcome.tried, outcome.tried_variant,
+                                              outcome.tried_params)
+        account(reply)
+        if outcome.adopted:  # what the next round's baseline is built from (harness.rounds)
+            built_in = applied[0].get("workload_dtype") if applied else experiment.workload_dtype
+            outcome.tried.extra[APPLIED_KEY] = [*applied, applied_entry(
+                experiment=experiment.name, module=cfg["experiment"]["module"], variant=outcome.tried_variant,
+                params=outcome.tried_params, facts=outcome.tried.extra.get("variant") or {},
+                workload_dtype=built_in, confirmation=outcome.confirmation, run=label["run"])]
+        save_report(Report(cards=[base_card]), trials_dir / "baseline.json")
+        save_report(Report(cards=[outcome.tried]), trials_dir / "tried.json")
+        save_report(Report(cards=[outcome.kept]), trials_dir / "best.json")
+    return outcome
+
+
+@contextmanager
+def progress(total: int, what: str) -> Iterator[Any]:
+    """A tqdm bar on a terminal; in a redirected log, one plain line per trial instead of `\\r` redraws."""
+    if sys.stderr.isatty():
+        with tqdm(total=total, desc=what, unit="trial", leave=False) as bar:
+            yield bar
+        return
+
+    class Lines:
+        done = 0
+
+        def update(self, n: int) -> None:
+            self.done += n
+            log.info("%s: trial %d of %d done", what, self.done, total)
+
+    yield Lines()
+
+
+def confirm(ctx: RunContext, session: CardSession, base_card: Card, tried: Card, variant: str,
+            params: dict[str, Any]) -> tuple[Reply, dict[str, Any]]:
+    """Re-time baseline and the tried variant in paired ABBA rounds (in the worker); judge the pair.
+
+    The search timed each trial once, minutes apart from the baseline; the verdict is taken from
+    these interleaved rounds instead (harness.cards.noise.paired_verdict), per original call. The
+    search's own timings are kept under `search_timing`. Without rounds (timing.confirm_rounds=0, or
+    they failed) the verdict is UNCONFIRMED and nothing is adopted; the cards say why.
+    """
+    rounds = int(ctx.cfg["timing"].get("confirm_rounds", 0))
+    band = same_band(ctx)
+    if rounds < 2:
+        why = ("timing.confirm_rounds=0: no paired rounds" if rounds < 1
+               else "timing.confirm_rounds=1: an interval needs at least 2 paired rounds")
+        return Reply(True, "ok"), _unconfirmed(tried, why, band)
+    budget = float(ctx.cfg["timing"]["budget_s"]) / 4
+    try:
+        reply = session.confirm(variant, params, rounds, budget, ctx.settings.cuda_graph)
+    except WorkerError as exc:
+        reply = Reply(False, "crash", {}, str(exc))
+    if not reply.ok:
+        for card in (base_card, tried):
+            card.extra["confirm_error"] = reply.reason
+        log.warning("card %s: the confirm rounds failed (%s); nothing is adopted", base_card.id, reply.reason)
+        return reply, _unconfirmed(tried, f"the confirm rounds failed: {reply.reason}", band)
+    calls = calls_per_invocation(tried)
+    for key, card in (("base", base_card), ("best", tried)):
+        card.extra["search_timing"] = card.extra.get("timing")
+        card.extra["timing"] = {k: v for k, v in reply.result[key].items() if k != "warm_up"}
+        card.extra["warm_up"] = reply.result[key].get("warm_up")
+        restate_rates(card)
+    before = list(reply.result["base"]["round_medians_us"])
+    after = [t / calls for t in reply.result["best"]["round_medians_us"]]
+    verdict = paired_verdict(before, after, band)
+    confirmation = {**verdict.as_dict(), "rule": verdict.describe(), "before_rounds_us": before,
+                    "after_rounds_us": after, "order": "ABBA"}
+    tried.extra["confirmation"] = confirmation
+    return reply, confirmation
+
+
+def restate_rates(card: Card) -> None:
+    """The variant facts derived from a time (per-call time, achieved TFLOP/s), from the card's timing
+    now that the confirm rounds replaced the search's: one time per card, whatever shows it."""
+    facts, timing = card.extra.get("variant"), card.extra.get("timing")
+    if not isinstance(facts, dict) or not isinstance(timing, dict) or not timing.get("median_us"):
+        return
+    per_call = float(timing["median_us"]) / int(facts.get("calls") or 1)
+    facts["per_call_us"] = per_call
+    if facts.get("nominal_flops_per_call"):
+        facts["achieved_tflops"] = facts["nominal_flops_per_call"] / per_call / 1e6
+
+
+def _unconfirmed(tried: Card, why: str, band: float) -> dict[str, Any]:
+    confirmation = {"verdict": "UNCONFIRMED", "speedup": None, "ci": None, "band": band, "rounds": 0,
+                    "rule": f"UNCONFIRMED: {why}; nothing is adopted"}
+    tried.extra["confirmation"] = confirmation
+    return confirmation
+
+

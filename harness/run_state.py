@@ -1,0 +1,85 @@
+"""What a run carries: its context, each card's outcome, and its one-line error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from harness.cards.diff import ReportDiff
+from harness.cards.model import Card, Report
+from harness.cards.rules import RuleSet
+from harness.experiment import Experiment
+from harness.measure import TimingSettings
+from harness.profile.base import Profiler
+
+
+class RunError(ValueError):
+    """Bad configuration or input found before measuring; one line, with the fix."""
+
+
+@dataclass
+class CardOutcome:
+    """One card's result: its baseline, the best variant the search tried, and whether it was adopted.
+
+    A variant is adopted only when it is feasible and its paired confirm rounds say FASTER; otherwise
+    the card keeps its baseline (best.json holds the baseline card) and the tried variant is still
+    shown with its verdict.
+    """
+
+    card_id: str
+    report_card: Card
+    baseline: Card
+    tried: Card | None = None  # the search's best feasible variant, re-timed in the confirm rounds
+    tried_variant: str | None = None
+    tried_params: dict[str, Any] = field(default_factory=dict)
+    confirmation: dict[str, Any] | None = None  # harness.cards.noise.PairedVerdict.as_dict(), or why none
+    skipped: dict[str, str] = field(default_factory=dict)
+    infeasible: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    n_trials: int = 0
+
+    @property
+    def adopted(self) -> bool:
+        return self.tried is not None and (self.confirmation or {}).get("verdict") == "FASTER"
+
+    @property
+    def best(self) -> Card | None:
+        """The adopted variant's card; None when the baseline is kept."""
+        return self.tried if self.adopted else None
+
+    @property
+    def kept(self) -> Card:
+        """What best.json holds for this card: the adopted variant, else the baseline."""
+        return self.tried if self.adopted and self.tried is not None else self.baseline
+
+
+@dataclass
+class RunContext:
+    cfg: Mapping[str, Any]
+    run_dir: Path
+    experiment: Experiment
+    rules: RuleSet
+    device: str
+    profiler: Profiler
+    environment: dict[str, Any]
+    settings: TimingSettings
+    storage: str
+    report: Report  # the input report, normalized and classified: the cards' time shares, cast frames
+    phases: dict[str, float] = field(default_factory=lambda: {"measurement_s": 0.0, "profiling_s": 0.0,
+                                                                  "setup_s": 0.0})
+    diff: ReportDiff | None = None  # the latest before/after diff written
+    # Variants of the space left out of the search because this device cannot run them, with why.
+    not_drawn: dict[str, str] = field(default_factory=dict)
+
+
+def same_band(ctx: RunContext) -> float:
+    """The SAME band of this run's device class (timing.same_band.cpu or .cuda)."""
+    bands = ctx.cfg["timing"]["same_band"]
+    return float(bands["cuda" if ctx.device.startswith("cuda") else "cpu"])
+
+
+def baseline_only(experiment: Experiment) -> bool:
+    return len(experiment.variants) == 1
+
+
