@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.cards.fields import DRAM_BANDWIDTH_BOUND
+from harness.cards.measures import dram_bytes
 from harness.experiment import Experiment, Prepared, VariantSkipped
 from harness.workloads.base import Workload, dtype_name, element_size
 
@@ -305,18 +306,6 @@ def peak_bandwidth(peaks: Any, device: str) -> tuple[float | None, str | None]:
     return None, None
 
 
-def profiled_dram_bytes(card: Any) -> float | None:
-    """DRAM bytes (read + write) of one measured invocation, summed over its kernels; None if not collected."""
-    total, seen = 0.0, False
-    for kernel in card.kernels:
-        for name in ("dram_read_mb", "dram_write_mb"):
-            value = kernel.metric(name)
-            if value is not None:
-                total += value * 1e6
-                seen = True
-    return total if seen else None
-
-
 @EXPERIMENT.annotate
 def add_weight_stream(card: Any, w: Workload) -> None:
     """card.extra["weight_stream"]: per-call time next to the time the weight bytes need at peak bandwidth.
@@ -331,7 +320,7 @@ def add_weight_stream(card: Any, w: Workload) -> None:
     per_call_bytes = weight_bytes / calls
     bandwidth, source = peak_bandwidth(card.extra.get("peaks"), w.device)
     bound_us = per_call_bytes / bandwidth * 1e6 if bandwidth else None
-    dram = profiled_dram_bytes(card)
+    dram = dram_bytes(card)
     evidence: dict[str, Any] = {
         "per_call_us": per_call_us,
         "bandwidth_bound_us_per_call": bound_us,

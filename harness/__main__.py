@@ -21,7 +21,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.cards.diff import card_time_us
+from harness.cards.measures import card_time_us
 from harness.cards.model import ReportError
 from harness.experiment import ExperimentError
 from harness.auto import AUTO, run_auto

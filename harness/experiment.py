@@ -91,7 +91,7 @@ class Experiment:
     name: str
     op_kinds: tuple[str, ...]
     hypothesis: str
-    check: str  # a harness.cards.diff.CHECKS name
+    check: str  # a harness.cards.checks.CHECKS name
     classes: tuple[str, ...] = ()  # bottleneck classes whose counter-experiment this tests
     workload_dtype: str = "float32"  # dtype the baseline's inputs are built in
     # ncu metric set this experiment needs (harness.profile.ncu.metrics); None: the profiler's own.
@@ -102,7 +102,7 @@ class Experiment:
     needs: dict[str, NeedsFn] = field(default_factory=dict)  # variant -> what it needs of the device
 
     def __post_init__(self) -> None:
-        from harness.cards.diff import CHECKS
+        from harness.cards.checks import CHECKS
 
         if self.check not in CHECKS:
             raise ExperimentError(f"{self.name}: unknown check {self.check!r}; choose one of {', '.join(sorted(CHECKS))}")

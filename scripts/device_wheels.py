@@ -236,7 +236,7 @@ def check(folder: Path = WHEELS, lock: Path = LOCK, quiet: bool = False) -> list
 
 
 def _pip(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, check=False)
 
 
 def download(specs: list[str], dest: Path) -> subprocess.CompletedProcess[str]:

@@ -25,13 +25,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from harness.cards.lint import normalize  # noqa: E402
-from harness.cards.model import load_report  # noqa: E402
-from harness.cards.noise import paired_verdict  # noqa: E402
-from harness.profile.timing import time_cpu  # noqa: E402
-from harness.workloads.registry import build_workload  # noqa: E402
+from harness.cards.lint import normalize
+from harness.cards.model import load_report
+from harness.cards.noise import paired_verdict
+from harness.profile.timing import time_cpu
+from harness.workloads.registry import build_workload
 
 DEFAULT_CARD = "dit-480-linear-m1170n5120k5120-b9770e"  # a 1170x5120x5120 bf16 linear: ~100 us on an H200
 BANDS = {"cuda": 0.02, "cpu": 0.05}  # conf/config.yaml timing.same_band

@@ -1,7 +1,7 @@
 """The report card's own check, judged on a before/after pair.
 
 Each report card's `counter_experiment` ends in the check it asks for ("compare effective vs
-executed FLOPs", "compare waves and duration", ...). The experiment's check (diff.CHECKS) answers
+executed FLOPs", "compare waves and duration", ...). The experiment's check (checks.CHECKS) answers
 what the experiment set out to test; this module answers what the card itself asked, with the
 card's own quantity, so that a faster time is never read as the card's hypothesis confirmed when
 the quantity it names was not measured, or was only estimated.

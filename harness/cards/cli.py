@@ -16,10 +16,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from harness.cards.diff import ReportDiff, comparison_note, diff_reports, render_markdown, side_name
+from harness.cards.cells import fmt, shorten
+from harness.cards.diff import ReportDiff, diff_reports
+from harness.cards.diff_markdown import render_markdown
+from harness.cards.diff_sides import comparison_note, side_name
 from harness.cards.fields import UNRESOLVED
 from harness.cards.lint import SEVERITIES, LintResult, exit_status, lint_report
-from harness.cards.lint_text import finding_line, render, shorten
+from harness.cards.lint_text import finding_line, render
 from harness.cards.measures import (
     KERNEL_SUM_BASIS,
     TIMING_BASIS,
@@ -116,11 +119,8 @@ def _cmd_classify(args: argparse.Namespace) -> int:
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+    """The text tables' cell: one digit, "-" for a missing value."""
+    return fmt(value, digits, missing="-")
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from harness.cards.cells import shorten
 from harness.cards.lint import REPORT_LEVEL, SEVERITIES, Finding, LintResult
 
 
@@ -40,11 +41,6 @@ def group_findings(findings: list[Finding]) -> list[FindingGroup]:
         groups.setdefault((finding.code, finding.field), []).append(finding)
     out = [FindingGroup(code, field, items[0].severity, tuple(items)) for (code, field), items in groups.items()]
     return sorted(out, key=lambda g: (SEVERITIES.index(g.severity), g.code, g.field or ""))
-
-
-def shorten(text: str | None, width: int) -> str:
-    text = text or ""
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _plural(n: int, word: str) -> str:

@@ -80,6 +80,17 @@ def sum_metric(card: Card, *names: str) -> float | None:
     return total / calls_per_invocation(card) if seen else None
 
 
+def dram_bytes(card: Card) -> float | None:
+    """The profiler's DRAM read + write of one invocation, in bytes (MB in the report are 1e6 B); None if not collected."""
+    total, seen = 0.0, False
+    for kernel in card.kernels:
+        for name in ("dram_read_mb", "dram_write_mb"):
+            value = kernel.metric(name)
+            if value is not None:
+                total, seen = total + value * 1e6, True
+    return total if seen else None
+
+
 def dominant_metric(card: Card, name: str) -> float | None:
     top = dominant(card.kernels)
     return kernel_value(top, name) if top else None

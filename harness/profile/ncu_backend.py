@@ -23,12 +23,17 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from harness.cards.fields import SOURCE_NCU
-from harness.profile.gpu_peaks import for_current_device
 from harness.profile.base import Profile, ProfilerUnavailable, WorkloadFacts
+from harness.profile.gpu_peaks import for_current_device
 from harness.profile.ncu.command import find_ncu, profile_command
 from harness.profile.ncu.failures import NcuFailure
 from harness.profile.ncu.importer import cards_from_ncu
-from harness.profile.ncu.metrics import MetricPlan, metrics_for, parse_query_metrics, resolve_metrics
+from harness.profile.ncu.metrics import (
+    MetricPlan,
+    metrics_for,
+    parse_query_metrics,
+    resolve_metrics,
+)
 from harness.profile.ncu.runner import run_command, run_ncu
 
 NVTX_RANGE = "harness_trial"

@@ -9,7 +9,8 @@ import pytest
 
 from harness.auto import candidate_experiments, plan_auto
 from harness.cards.model import load_report
-from harness.cards.diff import card_time_us, diff_cards
+from harness.cards.diff import diff_cards
+from harness.cards.measures import card_time_us
 from harness.cards.lint import lint_report
 from harness.cards.rules import classify_report
 from harness.experiment import ExperimentError, Prepared

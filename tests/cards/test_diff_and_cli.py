@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from harness.cards.cli import main
-from harness.cards.diff import diff_cards, kernel_family
+from harness.cards.diff import diff_cards
+from harness.cards.kernel_families import kernel_family
 from harness.cards.lint import normalize
 from harness.cards.model import Kernel, Report, save_report
 from harness.cards.noise import paired_verdict, timing_verdict
@@ -169,12 +170,12 @@ def _run_best(seed_report, run_dir, *, experiment, variant, params, check, hypot
 
 def test_cli_diff_of_two_runs_names_each_side_and_never_confirms(tmp_path, seed_report, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # relative paths, as a user types them
-    x = _run_best(seed_report, tmp_path / "outputs" / "x", experiment="vae_channels_last", variant="channels_last_3d",
-                  params={}, check="transposes_removed", hypothesis="channels_last removes the transposes",
-                  median_us=2000.0)
-    y = _run_best(seed_report, tmp_path / "outputs" / "y", experiment="vae_bf16", variant="low_precision",
-                  params={"dtype": "bfloat16"}, check="effective_flops", hypothesis="bf16 doubles the tensor rate",
-                  median_us=1000.0)
+    _run_best(seed_report, tmp_path / "outputs" / "x", experiment="vae_channels_last", variant="channels_last_3d",
+              params={}, check="transposes_removed", hypothesis="channels_last removes the transposes",
+              median_us=2000.0)
+    _run_best(seed_report, tmp_path / "outputs" / "y", experiment="vae_bf16", variant="low_precision",
+              params={"dtype": "bfloat16"}, check="effective_flops", hypothesis="bf16 doubles the tensor rate",
+              median_us=1000.0)
     md, page = tmp_path / "diff.md", tmp_path / "diff.html"
     assert main(["diff", "outputs/x/best.json", "outputs/y/best.json", "--json", "--out", str(md),
                  "--html", str(page)]) == 0

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cards.diff import diff_cards, render_markdown, ReportDiff
+from harness.cards.diff import diff_cards, ReportDiff
+from harness.cards.diff_markdown import render_markdown
 from harness.cards.lint import normalize
 from harness.cards.model import Kernel
 from harness.cards.noise import paired_verdict

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from experiments.stall_breakdown import DECISIVE_SHARE, add_stalls, stall_evidence, stall_shares
-from harness.cards.diff import NOT_MEASURABLE, YES, NO, diff_cards
+from harness.cards.diff import diff_cards
+from harness.cards.measures import NOT_MEASURABLE, YES, NO
 from harness.cards.lint import normalize
 from harness.profile.ncu.importer import cards_from_ncu
 

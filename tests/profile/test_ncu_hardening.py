@@ -28,7 +28,12 @@ from harness.profile.ncu.metrics import (
     parse_query_metrics,
     resolve_metrics,
 )
-from harness.profile.ncu.parse import RAW, NcuKernelRecord, counter_metrics, report_metrics
+from harness.profile.ncu.parse import (
+    RAW,
+    NcuKernelRecord,
+    counter_metrics,
+    report_metrics,
+)
 from harness.profile.ncu.runner import run_command
 from harness.profile.ncu.units import to_report_unit
 
@@ -272,7 +277,7 @@ def test_auto_query_failure_leaves_the_list_unchecked(tmp_path: Path, monkeypatc
     fake_ncu.write_text("#!/bin/sh\necho '==ERROR== Failed to initialize the profiler: LibraryNotLoaded'\nexit 1\n")
     fake_ncu.chmod(0o755)
     monkeypatch.setattr(backend, "_QUERIED", {})
-    names, source, note = backend.chip_metrics("auto", str(fake_ncu))
+    names, _, note = backend.chip_metrics("auto", str(fake_ncu))
     assert names is None and "LibraryNotLoaded" in (note or "")
     ok = tmp_path / "ncu_ok"
     ok.write_text("#!/bin/sh\necho 'gpu__time_duration.sum   duration'\necho 'sm__throughput.avg.pct_of_peak_sustained_elapsed x'\n")

@@ -1,0 +1,109 @@
+"""The experiments' checks: does the counter-experiment's own claim hold on a before/after pair?
+
+Each check has a name an experiment can cite (`Experiment.check`), the statement it tests, the metrics
+the diff shows for it, and a judge answering "yes" / "no" / "not measurable" with its numbers. Most are
+the report cards' own checks (harness.cards.card_check) under the experiment's name; occupancy and
+transposes_removed are the experiments' own. Without a named check the before card's class picks one
+(CHECK_FOR_CLASS), so every diff row answers the question its bottleneck class raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from harness.cards.card_check import JUDGES, time_fell
+from harness.cards.fields import (
+    COMPUTE_BOUND,
+    DRAM_BANDWIDTH_BOUND,
+    L2_BANDWIDTH_BOUND,
+    LATENCY_OR_OCCUPANCY_LIMITED,
+    PARTIAL_WAVE_TAIL,
+    UNRESOLVED,
+)
+from harness.cards.kernel_families import kernel_family
+from harness.cards.measures import NO, NOT_MEASURABLE, YES, dominant_metric
+from harness.cards.model import Card
+
+if TYPE_CHECKING:  # the diff row a judge reads; harness.cards.diff imports this module
+    from harness.cards.diff import CardDiff
+
+Judge = Callable[["CardDiff", Card, Card], tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    statement: str
+    metrics: tuple[str, ...]
+    judge: Judge
+
+
+def _card_judge(name: str) -> Judge:
+    """An experiment check that is one of the report cards' own checks: the same judge (harness.cards.card_check)."""
+    judge = JUDGES[name]
+    return lambda diff, before, after: judge(before, after, diff.timing_verdict)
+
+
+def _check_occupancy(diff: CardDiff, before: Card, after: Card) -> tuple[str, str]:
+    ob, oa = dominant_metric(before, "warps_active_pct"), dominant_metric(after, "warps_active_pct")
+    fell = time_fell(diff.timing_verdict)
+    if ob is None or oa is None or fell is None:
+        return NOT_MEASURABLE, f"warps active {ob} -> {oa}; time verdict {diff.timing_verdict}"
+    holds = oa > ob and fell
+    return (YES if holds else NO), f"warps active {ob:.1f}% -> {oa:.1f}%, time {diff.timing_verdict}"
+
+
+def _check_transposes_removed(diff: CardDiff, before: Card, after: Card) -> tuple[str, str]:
+    transposes = [f for f in diff.kernels_removed if _is_layout_conversion(f)]
+    remaining = [k.name for k in after.kernels if _is_layout_conversion(kernel_family(k.name))]
+    fell = time_fell(diff.timing_verdict)
+    if fell is None:
+        return NOT_MEASURABLE, f"time verdict {diff.timing_verdict}: not a confirmed change"
+    if not any(_is_layout_conversion(kernel_family(k.name)) for k in before.kernels):
+        return NOT_MEASURABLE, (
+            f"the baseline shows no separate layout-conversion kernel on this backend, so none can be "
+            f"removed; time {diff.timing_verdict}"
+        )
+    holds = not remaining and fell
+    gone = ", ".join(transposes) or "none"
+    return (YES if holds else NO), (
+        f"layout conversions removed: {gone}; still present: {len(remaining)}; time {diff.timing_verdict}"
+    )
+
+
+def _is_layout_conversion(family: str) -> bool:
+    lowered = family.lower()
+    return any(token in lowered for token in ("nchwtonhwc", "nhwctonchw", "aten::copy_", "aten::contiguous",
+                                              "aten::clone", "aten::_to_copy"))
+
+
+CHECKS: dict[str, Check] = {
+    "bytes_and_time_fall": Check(
+        "bytes_and_time_fall", "DRAM bytes and time fall together", ("dram_read_mb", "dram_write_mb", "dur_us"),
+        _card_judge("bytes_and_time_fall")),
+    "effective_flops": Check(
+        "effective_flops", "time falls with executed FLOPs not above the nominal ones (no padding or masked work "
+        "bought the speed)", ("sm_pct", "tensor_pct", "dur_us"), _card_judge("effective_vs_executed")),
+    "lts_bytes": Check("lts_bytes", "lts bytes fall with time", ("l2_pct", "lts_mb", "dur_us"),
+                       _card_judge("lts_bytes")),
+    "waves_and_duration": Check(
+        "waves_and_duration", "the tail wave's waste and the duration fall together",
+        ("waves", "sm_cycles_active", "cycles_elapsed", "dur_us"), _card_judge("waves_and_duration")),
+    "occupancy": Check("occupancy", "achieved occupancy rises and duration falls",
+                       ("warps_active_pct", "waves", "dur_us"), _check_occupancy),
+    "stall_breakdown": Check("stall_breakdown", "a dominant warp stall is named", ("warps_active_pct",),
+                             _card_judge("stall_breakdown")),
+    "transposes_removed": Check(
+        "transposes_removed", "layout-conversion kernels are gone and time falls",
+        ("dram_read_mb", "dram_write_mb", "dur_us"), _check_transposes_removed),
+}
+
+CHECK_FOR_CLASS: dict[str, str] = {
+    DRAM_BANDWIDTH_BOUND: "bytes_and_time_fall",
+    COMPUTE_BOUND: "effective_flops",
+    L2_BANDWIDTH_BOUND: "lts_bytes",
+    PARTIAL_WAVE_TAIL: "waves_and_duration",
+    LATENCY_OR_OCCUPANCY_LIMITED: "occupancy",
+    UNRESOLVED: "stall_breakdown",
+}

@@ -1,0 +1,59 @@
+"""What the run's page reads from a run directory: its reports, diff, run facts, summary and Optuna storage.
+
+Only baseline.json is required: a baseline-only experiment tries no variant, and a run stopped early has
+not written everything, so every other file is optional. An absent or unreadable one reads as empty,
+and the page says what is missing instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from harness.cards.model import Report, ReportError, load_report
+
+
+@dataclass
+class RunFiles:
+    baseline: Report
+    tried: Report | None  # the best variant each search tried, adopted or not (the diff's after side)
+    diff: dict[str, Any]  # diff.json ({} when absent)
+    run: dict[str, Any]  # run.json ({} when absent)
+    storage: str | None  # the Optuna storage URL, None when the run has none
+    summary: str | None  # summary.md
+
+
+def read_run_files(run_dir: Path) -> RunFiles:
+    """The run directory's files (baseline.json is required: its absence raises ReportError)."""
+    baseline = load_report(run_dir / "baseline.json")
+    try:
+        tried: Report | None = load_report(run_dir / "tried.json")
+    except ReportError:
+        tried = None
+    run = _read_json(run_dir / "run.json")
+    try:
+        summary: str | None = (run_dir / "summary.md").read_text(encoding="utf-8")
+    except OSError:
+        summary = None
+    return RunFiles(baseline, tried, _read_json(run_dir / "diff.json"), run, _storage_url(run_dir, run), summary)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """An optional run file: absent or unreadable gives {} (the page says what is missing)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _storage_url(run_dir: Path, run: Mapping[str, Any]) -> str | None:
+    """run.json's storage if it can be read without creating anything, else the run dir's optuna.db."""
+    url = run.get("storage")
+    if isinstance(url, str) and url:
+        if not url.startswith("sqlite:///") or Path(url[len("sqlite:///"):]).is_file():
+            return url
+    local = run_dir / "optuna.db"
+    return f"sqlite:///{local.resolve()}" if local.is_file() else None
