@@ -224,6 +224,7 @@ print("RESULTS " + json.dumps(results))
 """
 
 
+@pytest.mark.triton
 def test_triton_kernel_in_the_interpreter():
     """Triton's interpreter runs the kernel on CPU tensors. It must be on before triton is first
     imported (its own @jit library functions, tl.cdiv among them, are made at import), hence a child
@@ -241,6 +242,7 @@ def test_triton_kernel_in_the_interpreter():
     assert not bad, bad
 
 
+@pytest.mark.triton
 def test_triton_kernel_compiles_for_hopper_with_the_estimated_shared_memory():
     """Ahead-of-time sm_90 compile (Triton's bundled ptxas, no GPU): pipelined wgmma, and the shared
     memory the compiler assigns is the launch check's estimate."""

@@ -41,6 +41,7 @@ print("RESULTS " + json.dumps(results))
 """
 
 
+@pytest.mark.triton
 def test_triton_cast_kernel_in_the_interpreter() -> None:
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1",
@@ -55,6 +56,7 @@ def test_triton_cast_kernel_in_the_interpreter() -> None:
     assert not bad, bad
 
 
+@pytest.mark.triton
 def test_gpu_check_tiny_kernel_assembles_for_hopper(tmp_path: Path) -> None:
     """The PTX the ncu preflight JIT-compiles on the device (scripts/gpu_check.py TINY) is valid sm_90 PTX."""
     triton = pytest.importorskip("triton")
