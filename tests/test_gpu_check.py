@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import alive
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "gpu_check.sh"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ncu"
@@ -164,17 +166,11 @@ def test_a_step_past_its_time_dies_with_what_it_started(tmp_path: Path) -> None:
     assert proc.timed_out
     child, grandchild = (int(p) for p in pids.read_text().split())
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(p) for p in (child, grandchild)):
+    while time.monotonic() < deadline and any(alive(p) for p in (child, grandchild)):
         time.sleep(0.05)
-    assert not _alive(child) and not _alive(grandchild)
+    assert not alive(child) and not alive(grandchild)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_fixture_helper_parses_a_report(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from harness.profile.ncu.failures import NcuFailure, deadline_exceeded, detect, ncu_missing
 from harness.profile.ncu.runner import run_command, run_ncu
+from tests.processes import wait_dead
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ncu"
 
@@ -99,23 +100,8 @@ def test_missing_ncu_and_deadline_messages() -> None:
 # Runner
 
 
-def _alive(pid: int) -> bool:
-    """Running, not a zombie waiting for its reaper."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _wait_dead(pids: list[int], seconds: float = 5.0) -> list[int]:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        alive = [pid for pid in pids if _alive(pid)]
-        if not alive:
-            return []
-        time.sleep(0.05)
-    return alive
 
 
 def test_run_command_returns_output_and_status() -> None:
@@ -146,7 +132,7 @@ def test_deadline_kills_the_whole_process_group(tmp_path: Path) -> None:
     assert result.stdout == "started\n"
     child_pid, grandchild_pid = (int(p) for p in pids.read_text().split())
     assert child_pid != grandchild_pid
-    assert _wait_dead([child_pid, grandchild_pid]) == []
+    assert wait_dead([child_pid, grandchild_pid]) == []
     assert result.returncode < 0  # the leader died of a signal
 
 

@@ -36,6 +36,7 @@ from harness.profile.ncu.parse import (
 )
 from harness.profile.ncu.runner import run_command
 from harness.profile.ncu.units import to_report_unit
+from tests.processes import alive, wait_dead
 
 REPO = Path(__file__).resolve().parents[2]
 TENSOR = FIELD_SOURCES["tensor_pct"].metric
@@ -128,22 +129,8 @@ def test_profile_command_takes_the_resolved_list(tmp_path: Path) -> None:
 # ncu and what it starts die with the harness
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _wait(pids: list[int], seconds: float = 10.0) -> list[int]:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        alive = [pid for pid in pids if _alive(pid)]
-        if not alive:
-            return []
-        time.sleep(0.05)
-    return [pid for pid in pids if _alive(pid)]
 
 
 def _read_pids(path: Path, count: int, seconds: float = 20.0) -> list[int]:
@@ -182,10 +169,10 @@ def test_ncu_and_its_target_die_when_the_harness_is_killed(tmp_path: Path) -> No
     proc = subprocess.Popen([sys.executable, "-c", harness])
     try:
         ncu_pid, target_pid = _read_pids(pids, 2)
-        assert _alive(ncu_pid) and _alive(target_pid)
+        assert alive(ncu_pid) and alive(target_pid)
         proc.send_signal(signal.SIGKILL)  # as `timeout -s KILL` or an OOM kill would
         proc.wait()
-        assert _wait([ncu_pid, target_pid]) == []
+        assert wait_dead([ncu_pid, target_pid]) == []
     finally:
         proc.kill()
         proc.wait()
@@ -204,7 +191,7 @@ def test_nothing_of_the_group_outlives_a_normal_end(tmp_path: Path) -> None:
     result = run_command([sys.executable, "-c", script], 60)
     assert result.returncode == 0 and result.stdout == "done\n"
     (left,) = _read_pids(pids, 1)
-    assert _wait([left]) == []
+    assert wait_dead([left]) == []
 
 
 def test_exit_status_passes_through_the_supervisor() -> None:
