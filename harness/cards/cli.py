@@ -21,7 +21,8 @@ from harness.cards.diff import ReportDiff, diff_reports
 from harness.cards.diff_markdown import render_markdown
 from harness.cards.diff_sides import comparison_note, side_name
 from harness.cards.fields import UNRESOLVED
-from harness.cards.lint import SEVERITIES, LintResult, exit_status, lint_report
+from harness.cards.findings import SEVERITIES, exit_status
+from harness.cards.lint import LintResult, lint_report
 from harness.cards.lint_text import finding_line, render
 from harness.cards.measures import (
     KERNEL_SUM_BASIS,
@@ -30,7 +31,15 @@ from harness.cards.measures import (
     kernel_sum_us,
     timing_median_us,
 )
-from harness.cards.model import Card, Report, ReportError, load_report, save_report, write_json_atomic, write_text_atomic
+from harness.cards.model import (
+    Card,
+    Report,
+    ReportError,
+    load_report,
+    save_report,
+    write_json_atomic,
+    write_text_atomic,
+)
 from harness.cards.rules import RuleSet, classify_report
 
 EXIT_BAD_INPUT = 2

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 from harness.cards.fields import MEASURED_SOURCES, METRIC_FIELDS, UNRESOLVED
+from harness.cards.findings import REPORT_LEVEL, Correction, Finding
+from harness.cards.kernel_names import damaged_stem, is_merged_name
 from harness.cards.model import Card, Kernel, Report
 from harness.cards.rules import CLASS_TEXT, class_counts, classify_metrics
 
@@ -47,69 +48,6 @@ BANDWIDTH_MATCH = 1.25  # a corrected reading must land within 25% ...
 BANDWIDTH_MARGIN = 1.15  # ... and beat the runner-up by at least 15%
 SUM_TOLERANCE = 0.005  # relative disagreement tolerated between summed_kernel_us and the list
 
-# The rule texts of the classes, to recognise text that leaked into a damaged kernel name.
-_RULE_FRAGMENTS = tuple(text.rule[-24:] for text in CLASS_TEXT.values())
-
-
-ERROR, WARNING, INFO = "error", "warning", "info"
-SEVERITY: dict[str, str] = {
-    "damaged_entry": ERROR,
-    "merged_name": ERROR,
-    "dominant_missing": ERROR,
-    "unit_scaled": WARNING,
-    "unit_suspect": WARNING,
-    "sum_mismatch": WARNING,
-    "dominant_mismatch": WARNING,
-    "classification_mismatch": WARNING,
-    "summary_mismatch": WARNING,
-    "primary_missing": WARNING,
-    "null_field": INFO,
-    "missing_field": INFO,
-    "null_metrics": INFO,
-    "missing_metrics": INFO,
-    "shape_parameters_encoded": INFO,
-    "duplicate_group": INFO,
-}
-SEVERITIES = (ERROR, WARNING, INFO)  # worst first
-EXIT_BY_SEVERITY = {ERROR: 3, WARNING: 1, INFO: 0}
-REPORT_LEVEL = "(report)"  # the `card` of a finding about the report as a whole (its summary, its groups)
-
-
-@dataclass(frozen=True)
-class Finding:
-    card: str
-    kernel: str | None
-    code: str
-    detail: str
-    field: str | None = None
-
-    @property
-    def severity(self) -> str:
-        return SEVERITY[self.code]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "severity": self.severity}
-
-
-def exit_status(findings: Iterable[Finding]) -> int:
-    """`lint`'s exit status: that of the worst severity found (0 when there is nothing to report)."""
-    return max((EXIT_BY_SEVERITY[f.severity] for f in findings), default=0)
-
-
-@dataclass(frozen=True)
-class Correction:
-    """One value the normalized view changed; `code` is the finding it answers (or `dur_us_inferred`
-    for a duration inferred from summed_kernel_us), so that corrections can be counted per kind."""
-
-    kernel: str | None
-    field: str
-    before: Any
-    after: Any
-    reason: str
-    code: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -120,35 +58,6 @@ class Calibration:
 
 def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def is_damaged_name(name: str) -> bool:
-    """Rule text inside a kernel name: the `<...>` cut that ate the entry's metrics."""
-    return any(fragment in name for fragment in _RULE_FRAGMENTS) or bool(
-        re.search(r"=\s?\d+(\.\d+)?%\s(and|of|while)", name)
-    )
-
-
-def damaged_stem(name: str) -> str:
-    """The part of a damaged name that is still the kernel's own (before the leaked rule text)."""
-    cut = re.search(r"(>?=|<) ?\d+(\.\d+)?% ", name)
-    return name[: cut.start()].rstrip() if cut else name
-
-
-_CUDNN_PARAMS = re.compile(r"(\w+)\(cudnn::(\w+)_params_t")
-
-
-def _squash(text: str) -> str:
-    return re.sub(r"(kernel|to|2|_)", "", text.lower())
-
-
-def is_merged_name(name: str) -> bool:
-    """A cuDNN function whose parameter struct belongs to another kernel: two entries ran together."""
-    match = _CUDNN_PARAMS.search(name)
-    if not match:
-        return False
-    function, params = match.group(1), match.group(2)
-    return _squash(function) != _squash(params)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from harness.cards.cells import shorten
-from harness.cards.lint import REPORT_LEVEL, SEVERITIES, Finding, LintResult
+from harness.cards.findings import REPORT_LEVEL, SEVERITIES, Finding
+from harness.cards.lint import LintResult
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.cards.cli import main
-from harness.cards.lint import SEVERITY, lint_report
+from harness.cards.findings import SEVERITY
+from harness.cards.lint import lint_report
 from harness.cards.model import default_report_path, parse_report
 from harness.cards.selection_messages import no_card_message
 

@@ -1,6 +1,7 @@
 from collections import Counter
 
-from harness.cards.lint import is_damaged_name, is_merged_name, lint_report
+from harness.cards.kernel_names import is_damaged_name, is_merged_name
+from harness.cards.lint import lint_report
 from harness.cards.model import parse_report
 
 
