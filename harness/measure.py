@@ -18,7 +18,7 @@ import torch
 
 from harness.cards.model import Card
 from harness.cards.rules import RuleSet, classify_card
-from harness.correctness import Correctness, check_output  # noqa: F401 - where callers found them before
+from harness.correctness import Correctness
 from harness import torch_state
 from harness.experiment import Prepared
 from harness.profile.base import Profile, Profiler

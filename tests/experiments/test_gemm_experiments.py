@@ -27,9 +27,9 @@ from experiments import dit_gemm_tiles as tiles
 from experiments import dit_small_m_batching as small_m
 from harness.cards.model import Card, Kernel
 from harness.cards.rules import RuleSet
-from harness.correctness import Rule, judge_baseline
+from harness.correctness import Rule, check_output, judge_baseline
 from harness.experiment import VariantSkipped
-from harness.measure import TimingSettings, check_output, measure
+from harness.measure import TimingSettings, measure
 from harness.profile.occupancy import SmLimits
 from harness.workloads import build_workload
 
@@ -200,7 +200,7 @@ _INTERPRETER_SCRIPT = r"""
 import json, math, sys
 import torch, torch.nn.functional as F
 from experiments import dit_gemm_tiles as tiles
-from harness.measure import check_output
+from harness.correctness import check_output
 
 cases = [
     (3, 256, 128, (16, 64, 32, 8, 2, 4)),    # M=3 in a 16-row tile
