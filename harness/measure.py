@@ -16,10 +16,10 @@ from typing import Any, Callable
 
 import torch
 
+from harness import torch_state
 from harness.cards.model import Card
 from harness.cards.rules import RuleSet, classify_card
 from harness.correctness import Correctness
-from harness import torch_state
 from harness.experiment import Prepared
 from harness.profile.base import Profile, Profiler
 from harness.profile.timing import TimingResult, time_cpu, warm_up
