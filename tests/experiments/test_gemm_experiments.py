@@ -25,6 +25,8 @@ import torch.nn.functional as F
 
 from experiments import dit_gemm_tiles as tiles
 from experiments import dit_small_m_batching as small_m
+from experiments.dit_gemm_tiles import kernel
+from harness import tiles as tile_math
 from harness.cards.model import Card, Kernel
 from harness.cards.rules import RuleSet
 from harness.correctness import Rule, check_output, judge_baseline
@@ -132,13 +134,13 @@ def test_a_config_that_cannot_launch_is_pruned_before_the_device_or_install_chec
 
 
 def _tile(bm=128, bn=128, bk=64, group=8, stages=4, warps=8):
-    return tiles.TileConfig(bm, bn, bk, group, stages, warps)
+    return tile_math.TileConfig(bm, bn, bk, group, stages, warps)
 
 
 def test_launchable_configs_pass():
-    assert tiles.launch_problem(_tile(), 2) is None
-    assert tiles.launch_problem(_tile(128, 256, 64, stages=4), 2) is None  # 196608 B on Hopper
-    assert tiles.launch_problem(_tile(16, 128, 64, stages=4), 2) is None
+    assert tile_math.launch_problem(_tile(), 2) is None
+    assert tile_math.launch_problem(_tile(128, 256, 64, stages=4), 2) is None  # 196608 B on Hopper
+    assert tile_math.launch_problem(_tile(16, 128, 64, stages=4), 2) is None
 
 
 @pytest.mark.parametrize(
@@ -157,7 +159,7 @@ def test_launchable_configs_pass():
     ],
 )
 def test_configs_that_cannot_launch_are_named(config, elem, match):
-    problem = tiles.launch_problem(config, elem)
+    problem = tile_math.launch_problem(config, elem)
     assert problem is not None
     assert re.search(match, problem), problem
 
@@ -165,16 +167,16 @@ def test_configs_that_cannot_launch_are_named(config, elem, match):
 def test_the_limit_is_the_devices_own():
     a100 = SmLimits.for_arch(8, 0, 108)  # 163 KiB per block
     config = _tile(128, 256, 64, stages=4)  # 196608 B: fits Hopper, not an A100
-    assert tiles.launch_problem(config, 2, tiles.HOPPER) is None
-    assert "exceeds the 166912 B" in tiles.launch_problem(config, 2, a100)
-    limits, source = tiles.device_limits("cpu")
+    assert tile_math.launch_problem(config, 2, tile_math.HOPPER) is None
+    assert "exceeds the 166912 B" in tile_math.launch_problem(config, 2, a100)
+    limits, source = tile_math.device_limits("cpu")
     assert limits.smem_per_block_optin == 227 * 1024 and "assumed" in source
 
 
 def test_default_space_has_exactly_one_tile_pruned_for_shared_memory():
     space = _config("dit_gemm_tiles")["space"]["triton_matmul"]
     keys = list(space)
-    problems = [tiles.launch_problem(tiles.TileConfig(**dict(zip(keys, values))), 2)
+    problems = [tile_math.launch_problem(tile_math.TileConfig(**dict(zip(keys, values))), 2)
                 for values in itertools.product(*space.values())]
     assert sum(p is not None for p in problems) == 1
     assert "shared memory" in next(p for p in problems if p)
@@ -185,11 +187,11 @@ def test_default_space_has_exactly_one_tile_pruned_for_shared_memory():
 
 
 def test_executed_flops_pad_every_dimension_to_the_tile():
-    assert tiles.executed_flops(3, 256, 128, 16, 128, 64) == 2.0 * 16 * 256 * 128
-    assert tiles.executed_flops(1170, 5120, 144, 128, 256, 64) == 2.0 * 1280 * 5120 * 192
-    assert tiles.executed_flops(1024, 1024, 1024, 128, 128, 64) == 2.0 * 1024 ** 3  # divisible: nominal
-    assert tiles.tile_count(1170, 5120, 128, 256) == 10 * 20
-    assert tiles.padded(3, 128) == 128 and tiles.padded(128, 128) == 128
+    assert tile_math.executed_flops(3, 256, 128, 16, 128, 64) == 2.0 * 16 * 256 * 128
+    assert tile_math.executed_flops(1170, 5120, 144, 128, 256, 64) == 2.0 * 1280 * 5120 * 192
+    assert tile_math.executed_flops(1024, 1024, 1024, 128, 128, 64) == 2.0 * 1024 ** 3  # divisible: nominal
+    assert tile_math.tile_count(1170, 5120, 128, 256) == 10 * 20
+    assert tile_math.padded(3, 128) == 128 and tile_math.padded(128, 128) == 128
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,6 +202,8 @@ _INTERPRETER_SCRIPT = r"""
 import json, math, sys
 import torch, torch.nn.functional as F
 from experiments import dit_gemm_tiles as tiles
+from experiments.dit_gemm_tiles import kernel
+from harness import tiles as tile_math
 from harness.correctness import check_output
 
 cases = [
@@ -215,7 +219,7 @@ for dtype in (torch.float32, torch.float16):
         weight = (torch.randn(n, k, generator=gen) / math.sqrt(k)).to(dtype)
         bias = torch.randn(n, generator=gen).to(dtype)
         for b in (bias, None):
-            y, _ = tiles.triton_linear(x, weight, b, tiles.TileConfig(*config))
+            y, _ = kernel.triton_linear(x, weight, b, tile_math.TileConfig(*config))
             ref = F.linear(x.double(), weight.double(), None if b is None else b.double())
             c = check_output(y, ref, 1e-6 if dtype == torch.float32 else 1e-2)
             results.append({"case": [m, n, k, str(dtype), b is not None], "dtype_ok": y.dtype == dtype,
@@ -250,9 +254,9 @@ def test_triton_kernel_compiles_for_hopper_with_the_estimated_shared_memory():
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    if tiles.triton is None:
+    if kernel.triton is None:
         pytest.skip("experiments.dit_gemm_tiles was imported without triton")
-    config = tiles.TileConfig(128, 128, 64, 8, 4, 8)
+    config = tile_math.TileConfig(128, 128, 64, 8, 4, 8)
     m, n, k = 1170, 5120, 5120
     names = ["a_ptr", "w_ptr", "bias_ptr", "c_ptr", "M", "N", "K",
              "stride_am", "stride_ak", "stride_wn", "stride_wk", "stride_cm", "stride_cn"]
@@ -269,7 +273,7 @@ def test_triton_kernel_compiles_for_hopper_with_the_estimated_shared_memory():
             constants[name] = 1
     signature.update({name: "constexpr" for name in constants})
     try:
-        compiled = triton.compile(ASTSource(fn=tiles._linear_kernel, signature=signature, constexprs=constants,
+        compiled = triton.compile(ASTSource(fn=kernel._linear_kernel, signature=signature, constexprs=constants,
                                             attrs=attrs),
                                   target=GPUTarget("cuda", 90, 64),
                                   options={"num_warps": config.num_warps, "num_stages": config.num_stages})
@@ -462,7 +466,7 @@ def test_triton_matmul_on_gpu(m, n, k):
     for config in ((16, 128, 64, 8, 4, 8), (128, 256, 64, 8, 4, 8)):
         prepared = tiles.triton_matmul(w, *config)
         assert check_output(prepared.fn(), w.run(), TOLERANCE).feasible
-        assert prepared.executed_flops == tiles.executed_flops(m, n, k, config[0], config[1], config[2])
+        assert prepared.executed_flops == tile_math.executed_flops(m, n, k, config[0], config[1], config[2])
         assert prepared.facts["tile"]["BLOCK_M"] == config[0]
 
 
