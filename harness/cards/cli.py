@@ -45,7 +45,7 @@ from harness.cards.rules import RuleSet, classify_report
 EXIT_BAD_INPUT = 2
 CORRECTED = "*"  # marks a value `show` prints from the normalized view that differs from the stored one
 LEGEND = f"{CORRECTED} corrected from the report (see lint)"
-_CARD_ID = re.compile(r"[A-Za-z0-9_-]+")  # the characters of every card id (model.derive_card_id)
+_CARD_ID = re.compile(r"[A-Za-z0-9_-]+")  # the characters of every card id (harness.cards.ids)
 
 
 class CliError(Exception):

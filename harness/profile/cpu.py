@@ -57,18 +57,24 @@ clean wall time of the whole call.
 
 from __future__ import annotations
 
-import math
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harness.cards.fields import SOURCE_CPU_ESTIMATE
 from harness.cards.model import Kernel, empty_metrics
 from harness.profile.base import Profile, ProfilerUnavailable, WorkloadFacts
+from harness.profile.cpu_events import (
+    CALL_LABEL,
+    OpStats,
+    call_root,
+    caller_chain,
+    copy_role,
+    shapes_text,
+    tensor_inputs,
+    tensor_nbytes,
+    top_op,
+)
 from harness.profile.cpu_peaks import CpuPeaks, get_cpu_peaks
-
-CALL_LABEL = "harness::measured_call"
 
 IGNORED_OPS = frozenset(
     {
@@ -123,135 +129,7 @@ _MAIN_OP_PATTERNS: dict[str, tuple[str, ...]] = {
     "cast": ("_to_copy", "copy_", "to"),
 }
 
-# torch.profiler's `input_dtypes` strings (C++ type names) -> torch dtype names.
-_DTYPE_NAMES = {
-    "float": "float32",
-    "double": "float64",
-    "c10::Half": "float16",
-    "c10::BFloat16": "bfloat16",
-    "c10::Float8_e4m3fn": "float8_e4m3fn",
-    "c10::Float8_e5m2": "float8_e5m2",
-    "c10::Float8_e4m3fnuz": "float8_e4m3fnuz",
-    "c10::Float8_e5m2fnuz": "float8_e5m2fnuz",
-    "c10::complex<float>": "complex64",
-    "c10::complex<double>": "complex128",
-    "c10::complex<c10::Half>": "complex32",
-    "int": "int32",
-    "long int": "int64",
-    "long": "int64",
-    "short int": "int16",
-    "short": "int16",
-    "signed char": "int8",
-    "unsigned char": "uint8",
-    "bool": "bool",
-}
-
 ESTIMATED_FIELDS_ALL = ("sm_pct", "dram_pct", "dram_read_mb", "dram_write_mb")
-
-
-def _itemsize(dtype_name: str) -> int | None:
-    import torch
-
-    dtype = getattr(torch, dtype_name, None)
-    if isinstance(dtype, torch.dtype):
-        return dtype.itemsize
-    return None
-
-
-@dataclass
-class _OpStats:
-    name: str  # the kernel's name: the op, plus its input shapes in a per-shape profile
-    op: str  # the profiler's op name (aten::...)
-    order: int
-    invocations: int = 0
-    self_us: float = 0.0
-    total_us: float = 0.0
-    flops: float = 0.0
-    read_bytes: float = 0.0
-    write_bytes: float = 0.0
-    bytes_notes: set[str] = field(default_factory=set)
-    dtype: str | None = None
-    input_shapes: list[Any] | None = None
-    callers: Counter = field(default_factory=Counter)
-    copy_roles: Counter = field(default_factory=Counter)
-    within: tuple[str, list[Any]] | None = None  # per-shape profile: the top-level op and its input shapes
-
-
-def _root(event: Any) -> Any:
-    node = event
-    while node.cpu_parent is not None:
-        node = node.cpu_parent
-    return node
-
-
-def _top_op(event: Any) -> Any:
-    """The outermost op above `event` inside the measured call (the op the profiled code called)."""
-    node = event
-    while node.cpu_parent is not None and not node.cpu_parent.name.startswith(CALL_LABEL):
-        node = node.cpu_parent
-    return node
-
-
-def _caller_chain(event: Any, depth: int = 3) -> str:
-    names = []
-    node = event.cpu_parent
-    while node is not None and len(names) < depth:
-        if node.name.startswith(CALL_LABEL):
-            break
-        names.append(node.name)
-        node = node.cpu_parent
-    return " < ".join(names) if names else "(top level)"
-
-
-def _copy_role(event: Any, chain: str) -> str:
-    """What an aten::copy_ is for: "cast" (dtypes differ), "layout_conversion" (same dtype, called
-    from aten::contiguous or aten::_to_copy, i.e. a memory-format change), else "copy"."""
-    dtypes = getattr(event, "input_dtypes", None) or []
-    if len(dtypes) >= 2 and dtypes[0] in _DTYPE_NAMES and dtypes[1] in _DTYPE_NAMES and dtypes[0] != dtypes[1]:
-        return "cast"
-    if "aten::contiguous" in chain or "aten::_to_copy" in chain:
-        return "layout_conversion"
-    return "copy"
-
-
-def _tensor_inputs(event: Any, fallback_dtype: str) -> tuple[list[tuple[list[int], str | None]], bool]:
-    """(shape, dtype name) of each tensor input, and whether a tensor-list input was seen."""
-    shapes = event.input_shapes or []
-    dtypes = getattr(event, "input_dtypes", None)
-    out: list[tuple[list[int], str | None]] = []
-    saw_list = False
-    for i, shape in enumerate(shapes):
-        raw = dtypes[i] if dtypes is not None and i < len(dtypes) else None
-        if raw == "TensorList":
-            saw_list = True
-            continue
-        if dtypes is None:
-            # Older torch records no dtypes: a non-empty shape is a tensor of the workload's dtype.
-            if isinstance(shape, (list, tuple)) and len(shape) > 0:
-                out.append((list(shape), fallback_dtype))
-            continue
-        if raw in _DTYPE_NAMES and isinstance(shape, (list, tuple)):
-            out.append((list(shape), _DTYPE_NAMES[raw]))
-        elif raw and raw not in ("Scalar", "ScalarList", "GenericList", "String", "") and isinstance(
-            shape, (list, tuple)
-        ) and len(shape) > 0:
-            out.append((list(shape), None))  # a tensor of a dtype we do not know
-    return out, saw_list
-
-
-def _shapes_text(input_shapes: Any) -> str:
-    """An op's tensor-input shapes as `1x96x6x10x10, 96x96x3x3x3, 96` (scalars and lists left out)."""
-    shapes = [s for s in input_shapes or [] if isinstance(s, (list, tuple)) and s and
-              all(isinstance(d, int) for d in s)]
-    return ", ".join("x".join(str(d) for d in s) for s in shapes)
-
-
-def _nbytes(shape: list[int], dtype_name: str | None, fallback_dtype: str) -> tuple[float, bool]:
-    size = _itemsize(dtype_name) if dtype_name else None
-    guessed = size is None
-    if size is None:
-        size = _itemsize(fallback_dtype) or 4
-    return float(math.prod(int(d) for d in shape)) * size, guessed
 
 
 def main_compute_op(names_by_dur: list[tuple[str, float]], op_kind: str) -> str | None:
@@ -305,47 +183,47 @@ class CpuProfiler:
                     fn()
         return prof.events()
 
-    def _collect(self, events: Any, facts: WorkloadFacts) -> dict[str, _OpStats]:
-        stats: dict[str, _OpStats] = {}
+    def _collect(self, events: Any, facts: WorkloadFacts) -> dict[str, OpStats]:
+        stats: dict[str, OpStats] = {}
         for event in events:
             if getattr(event, "is_user_annotation", False) or getattr(event, "is_python_function", False):
                 continue
             if event.name.startswith(CALL_LABEL):
                 continue
-            root = _root(event)
+            root = call_root(event)
             if root is event or not root.name.startswith(CALL_LABEL):
                 continue  # outside the measured calls (or on another thread)
             key, within = event.name, None
             if facts.per_shape:
-                top = _top_op(event)
-                key = f"{event.name}({_shapes_text(event.input_shapes)})"
+                top = top_op(event)
+                key = f"{event.name}({shapes_text(event.input_shapes)})"
                 within = (top.name, [list(s) for s in (top.input_shapes or [])])
                 if top is not event:
-                    key += f" in {top.name}({_shapes_text(top.input_shapes)})"
+                    key += f" in {top.name}({shapes_text(top.input_shapes)})"
             entry = stats.get(key)
             if entry is None:
-                entry = stats[key] = _OpStats(name=key, op=event.name, order=len(stats), within=within)
+                entry = stats[key] = OpStats(name=key, op=event.name, order=len(stats), within=within)
             entry.invocations += 1
             entry.self_us += float(event.self_cpu_time_total)
             entry.total_us += float(event.cpu_time_total)
             entry.flops += float(event.flops or 0)
-            chain = _caller_chain(event)
+            chain = caller_chain(event)
             entry.callers[chain] += 1
             if event.name == "aten::copy_":
-                entry.copy_roles[_copy_role(event, chain)] += 1
+                entry.copy_roles[copy_role(event, chain)] += 1
             self._add_bytes(entry, event, facts)
         return stats
 
     @staticmethod
-    def _add_bytes(entry: _OpStats, event: Any, facts: WorkloadFacts) -> None:
-        inputs, saw_list = _tensor_inputs(event, facts.dtype)
+    def _add_bytes(entry: OpStats, event: Any, facts: WorkloadFacts) -> None:
+        inputs, saw_list = tensor_inputs(event, facts.dtype)
         if entry.input_shapes is None:
             entry.input_shapes = [list(s) for s in (event.input_shapes or [])]
         if entry.dtype is None and inputs and inputs[0][1]:
             entry.dtype = inputs[0][1]
         sizes = []
         for shape, dtype_name in inputs:
-            nbytes, guessed = _nbytes(shape, dtype_name, facts.dtype)
+            nbytes, guessed = tensor_nbytes(shape, dtype_name, facts.dtype)
             if guessed:
                 entry.bytes_notes.add(f"unknown input dtype counted as {facts.dtype}")
             sizes.append(nbytes)
@@ -372,11 +250,11 @@ class CpuProfiler:
 
     # -----------------------------------------------------------------------------------------
 
-    def _select(self, stats: dict[str, _OpStats], per_shape: bool) -> tuple[list[_OpStats], dict[str, float]]:
+    def _select(self, stats: dict[str, OpStats], per_shape: bool) -> tuple[list[OpStats], dict[str, float]]:
         n = self.calls
         total_self = sum(s.self_us for s in stats.values()) / n
         floor = 0.0 if per_shape else max(self.min_self_us, self.min_self_fraction * total_self)
-        kept: list[_OpStats] = []
+        kept: list[OpStats] = []
         dropped: dict[str, float] = {}
         for entry in sorted(stats.values(), key=lambda s: s.order):
             per_call = entry.self_us / n
@@ -450,7 +328,7 @@ class CpuProfiler:
 
     def _kernel(
         self,
-        entry: _OpStats,
+        entry: OpStats,
         facts: WorkloadFacts,
         peaks: CpuPeaks,
         main: str | None,

@@ -1,0 +1,90 @@
+"""Card ids: stable, readable ids from a card's stage, resolution, op kind and shape, and the lookups a
+person typing one needs (an id without its hash suffix, the most similar ids to a typo).
+
+`vae-480-conv3d-96to96k333t6-13c157`: stage, resolution height, op kind, shape tag, then six hex digits of
+the sha256 of the card's group, resolution and input hash, so that two cards of one shape stay apart.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.cards.model import Card
+
+SIMILAR_CUTOFF = 0.6  # difflib ratio below which an id is not offered as "similar"
+
+
+_OP_KINDS = {
+    "aten.linear.default": "linear",
+    "aten.conv3d.default": "conv3d",
+    "aten.to.dtype": "cast",
+    "flash_attn_v2": "attention",
+    "flash_attn_v3": "attention",
+}
+
+
+def op_kind(op: str) -> str:
+    """The workload family of an op name: linear, conv3d, attention, cast (else the op itself)."""
+    if op in _OP_KINDS:
+        return _OP_KINDS[op]
+    lowered = op.lower()
+    for needle, kind in (("linear", "linear"), ("conv3d", "conv3d"), ("attn", "attention"), (".to", "cast")):
+        if needle in lowered:
+            return kind
+    return "".join(ch if ch.isalnum() else "_" for ch in op)[:24] or "op"
+
+
+def _shape_tag(card: Card) -> str:
+    p = card.shape_parameters
+    kind = card.op_kind
+    try:
+        if kind == "linear":
+            return f"m{p['M']}n{p['N']}k{p['K']}"
+        if kind == "conv3d":
+            cin, t = p["input"][1], p["input"][2]
+            cout, kt, kh, kw = p["weight"][0], p["weight"][2], p["weight"][3], p["weight"][4]
+            return f"{cin}to{cout}k{kt}{kh}{kw}t{t}"
+        if kind == "attention":
+            version = "fa3" if card.op.endswith("3") else "fa2"
+            return f"{version}-{p['role']}-{p['valid_keys']}of{p['allocated_keys']}"
+    except (KeyError, IndexError, TypeError):
+        pass
+    return ""
+
+
+_HASH_SUFFIX = re.compile(r"-[0-9a-f]{6}$")
+
+
+def id_stem(card_id: str) -> str:
+    """A card id without its hash suffix: `vae-480-conv3d-96to96k333t6-13c157` -> `vae-480-conv3d-96to96k333t6`."""
+    return _HASH_SUFFIX.sub("", card_id)
+
+
+def similar_ids(wanted: str, ids: list[str], n: int = 5) -> list[str]:
+    """Up to `n` ids most like `wanted`, best first: each scored on the whole id and on its stem (a
+    typo in an id typed without its suffix still finds it). Only ids alike at all are offered; when
+    none is, the ids of the same stage (the first word: `vae-...`), still best first."""
+    def score(card_id: str) -> float:
+        return max(difflib.SequenceMatcher(None, wanted, text).ratio() for text in (card_id, id_stem(card_id)))
+
+    ranked = sorted(((score(i), i) for i in ids), key=lambda pair: -pair[0])
+    alike = [card_id for value, card_id in ranked if value >= SIMILAR_CUTOFF]
+    if not alike:
+        stage = wanted.split("-")[0]
+        alike = [card_id for _, card_id in ranked if card_id.split("-")[0] == stage]
+    return alike[:n]
+
+
+def derive_card_id(card: Card) -> str:
+    height = card.resolution.split("x")[0] if card.resolution else "any"
+    digest = hashlib.sha256(
+        "|".join([card.group, card.resolution or "", card.input_sha256 or ""]).encode()
+    ).hexdigest()[:6]
+    kind = "" if card.op_kind == card.stage else card.op_kind
+    parts = [card.stage, height, kind, _shape_tag(card), digest]
+    text = "-".join(p for p in parts if p)
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in text)
