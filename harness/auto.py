@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from harness.cards.fields import UNRESOLVED
-from harness.cards.html import render_index_html
+from harness.report.html import render_index_html
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, Report, load_report, write_json_atomic, write_text_atomic
 from harness.cards.rules import RuleSet, classify_report

@@ -24,7 +24,7 @@ from urllib.parse import quote
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from harness.cards.html import render_index_html
+from harness.report.html import render_index_html
 from harness.cards.model import write_text_atomic
 
 _SEPARATOR_ROW = re.compile(r"^\|(\s*:?-+:?\s*\|)+\s*$")

@@ -18,7 +18,7 @@ from harness.cards.diff import (
     speedup_text,
     verdict_text,
 )
-from harness.cards.html import write_run_html
+from harness.report.html import write_run_html
 from harness.cards.labels import transition
 from harness.cards.measures import TIMING_BASIS
 from harness.cards.model import Card, Report, save_report, write_json_atomic, write_text_atomic

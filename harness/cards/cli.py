@@ -275,7 +275,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 def _write_diff_html(diff: ReportDiff, before: Report, after: Report, args: argparse.Namespace, title: str,
                      note: str) -> None:
-    from harness.cards.html import render_diff_html  # matplotlib: only when asked
+    from harness.report.html import render_diff_html  # matplotlib: only when asked
 
     target = Path(args.html)
     if target.is_dir():  # before rendering: a page of many cards takes seconds

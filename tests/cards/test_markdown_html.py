@@ -1,7 +1,7 @@
-"""The summaries' Markdown as HTML (harness.cards.markdown_html), and the auto/multirun index page."""
+"""The summaries' Markdown as HTML (harness.report.markdown_html), and the auto/multirun index page."""
 
-from harness.cards.html import render_index_html
-from harness.cards.markdown_html import inline_html, markdown_to_html, safe_href, split_row
+from harness.report.html import render_index_html
+from harness.report.markdown_html import inline_html, markdown_to_html, safe_href, split_row
 
 AUTO_SUMMARY = """# auto: each card's counter-experiments, chosen by its class
 

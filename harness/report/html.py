@@ -1,13 +1,13 @@
 """A self-contained HTML page for a run directory, or for a before/after diff of two reports.
 
 The page opens from disk with no network: no scripts at all, styles inline, plots inline as SVG, and a
-Content-Security-Policy that forbids every external load (harness.cards.html_parts).
+Content-Security-Policy that forbids every external load (harness.report.html_parts).
 
 Building blocks, shared by both entry points:
 - `CardView`: one card's baseline, best (None when there is none), its diff entry and Optuna study;
 - the summary table; per card the kernel bars, classes with evidence, correctness, roofline, search.
-Drawn elsewhere: the plots (harness.cards.plots), the roofs (harness.cards.roofline), the Search section
-(harness.cards.studies); a run directory's files are read by harness.cards.run_files.
+Drawn elsewhere: the plots (harness.report.plots), the roofs (harness.report.roofline), the Search section
+(harness.report.studies); a run directory's files are read by harness.report.run_files.
 """
 
 from __future__ import annotations
@@ -20,19 +20,30 @@ from typing import Any, Mapping
 
 from harness.cards.cells import fmt, shorten
 from harness.cards.diff import ReportDiff
-from harness.cards.diff_markdown import basis_header, interval_text, kernel_sum_text, outcome_text
+from harness.cards.diff_markdown import (
+    basis_header,
+    interval_text,
+    kernel_sum_text,
+    outcome_text,
+)
 from harness.cards.diff_sides import variant_of
-from harness.cards.html_parts import CSP, CSS, Num, anchor, esc, html_table
 from harness.cards.kernel_families import kernel_rows
 from harness.cards.labels import class_label
-from harness.cards.markdown_html import markdown_to_html
-from harness.cards.measures import KERNEL_SUM_BASIS, TIMING_BASIS, calls_per_invocation, card_time_us, time_basis
+from harness.cards.measures import (
+    KERNEL_SUM_BASIS,
+    TIMING_BASIS,
+    calls_per_invocation,
+    card_time_us,
+    time_basis,
+)
 from harness.cards.model import Card, Report, write_text_atomic
-from harness.cards.plots import MAX_KERNEL_ROWS, kernel_bars_svg, roofline_svg
-from harness.cards.roofline import Roofs, device_roofs, roofline_points
-from harness.cards.run_files import RunFiles, read_run_files
-from harness.cards.studies import StudyView, load_studies, missing_reason, study_block
 from harness.cards.time_verdict import VERDICT_RULE_TEXT
+from harness.report.html_parts import CSP, CSS, Num, anchor, esc, html_table
+from harness.report.markdown_html import markdown_to_html
+from harness.report.plots import MAX_KERNEL_ROWS, kernel_bars_svg, roofline_svg
+from harness.report.roofline import Roofs, device_roofs, roofline_points
+from harness.report.run_files import RunFiles, read_run_files
+from harness.report.studies import StudyView, load_studies, missing_reason, study_block
 
 # Keys the page shows in their own place (or that are bulky); any other key in card.extra is an
 # experiment's own evidence and is shown verbatim.
@@ -284,7 +295,7 @@ def page(title: str, intro: str, views: list[CardView], tail: str = "") -> str:
         f"<h1>{esc(title)}</h1>{intro}<h2>Summary</h2>{summary_table(views)}"
         f'<p class="note">{esc(VERDICT_RULE_TEXT)}</p>'
         f"{sections}{tail}"
-        f'<p class="note">Generated {esc(time.strftime("%Y-%m-%d %H:%M:%S"))} by harness.cards.html.</p>'
+        f'<p class="note">Generated {esc(time.strftime("%Y-%m-%d %H:%M:%S"))} by harness.report.html.</p>'
         "</body></html>\n"
     )
 

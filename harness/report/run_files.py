@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness.cards.model import Report, ReportError, load_report
+from harness.search.storage import journal_path
 
 
 @dataclass
@@ -53,6 +54,9 @@ def _storage_url(run_dir: Path, run: Mapping[str, Any]) -> str | None:
     """run.json's storage if it can be read without creating anything, else the run dir's optuna.db."""
     url = run.get("storage")
     if isinstance(url, str) and url:
+        journal = journal_path(url)
+        if journal is not None:
+            return url if journal.is_file() else None
         if not url.startswith("sqlite:///") or Path(url[len("sqlite:///"):]).is_file():
             return url
     local = run_dir / "optuna.db"

@@ -15,7 +15,7 @@ from matplotlib.patches import Patch
 
 from harness.cards.cells import shorten
 from harness.cards.kernel_families import KernelRow
-from harness.cards.roofline import Roofs
+from harness.report.roofline import Roofs
 
 BEFORE_COLOR, AFTER_COLOR = "#4c72b0", "#dd8452"
 REMOVED_COLOR, ADDED_COLOR = "#c0392b", "#1e8449"

@@ -15,13 +15,16 @@ import matplotlib
 import optuna
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+from optuna.storages import BaseStorage
 
 from harness.cards.cells import fmt
-from harness.cards.html_parts import Num, esc, html_table
-from harness.cards.plots import BEFORE_COLOR, plain, svg
+from harness.report.html_parts import Num, esc, html_table
+from harness.report.plots import BEFORE_COLOR, plain, svg
+from harness.search.errors import SearchError
+from harness.search.storage import make_storage
 
-if TYPE_CHECKING:  # the views the page is made of; harness.cards.html imports this module
-    from harness.cards.html import CardView
+if TYPE_CHECKING:  # the views the page is made of; harness.report.html imports this module
+    from harness.report.html import CardView
 
 
 @dataclass
@@ -55,19 +58,16 @@ def load_studies(views: list[CardView], storage: str | None) -> None:
             view.study = StudyView(None, [], None, "", note="no Optuna storage in this run directory")
         return
     try:
-        rdb = optuna.storages.RDBStorage(storage)
-    except Exception as exc:  # not a database, locked, unreachable: say so on the page
+        opened = make_storage(storage)  # the search's own factory: sqlite, server URLs and journal files alike
+    except SearchError as exc:  # not a storage, locked, unreachable: say so on the page
         for view in views:
-            view.study = StudyView(None, [], None, "", note=f"storage {storage} unreadable ({type(exc).__name__})")
+            view.study = StudyView(None, [], None, "", note=str(exc))
         return
-    try:
-        _attach_studies(views, rdb)
-    finally:
-        rdb.engine.dispose()  # run.py re-renders after every card: do not leave a connection pool behind
+    _attach_studies(views, opened)
 
 
-def _attach_studies(views: list[CardView], rdb: optuna.storages.RDBStorage) -> None:
-    names = set(optuna.study.get_all_study_names(rdb))
+def _attach_studies(views: list[CardView], storage: BaseStorage) -> None:
+    names = set(optuna.study.get_all_study_names(storage))
     for view in views:
         experiment = (view.before.extra.get("harness") or {}).get("experiment")
         name = f"{experiment}:{view.card_id}"
@@ -78,7 +78,7 @@ def _attach_studies(views: list[CardView], rdb: optuna.storages.RDBStorage) -> N
             view.study = StudyView(None, [], None, "", note="no study for this card (nothing was searched)")
             continue
         try:
-            study = optuna.load_study(study_name=name, storage=rdb)
+            study = optuna.load_study(study_name=name, storage=storage)
             trials = study.get_trials(deepcopy=False)
             done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
             importances, note = _importances(study, done)
