@@ -14,6 +14,7 @@ from typing import Any, Iterator
 import optuna
 from tqdm import tqdm
 
+from harness.cards.checks import check_named
 from harness.cards.diff import calls_per_invocation
 from harness.cards.model import Card, Report, load_report, save_report
 from harness.cards.noise import paired_verdict
@@ -68,6 +69,9 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     label = {"experiment": experiment.name, "variant": experiment.baseline_name, "params": {},
              "role": "baseline", "report": report_path or "(shipped)", "run": str(ctx.run_dir.resolve()),
              "hypothesis": experiment.hypothesis, "check": experiment.check}
+    check_module = check_named(experiment.check).module
+    if check_module:  # a check the experiment registered: a diff of the stored cards imports it from there
+        label["check_module"] = check_module
     if applied:  # round 2 and later: the baseline is the last variant adopted, as it was adopted
         last = applied[-1]
         label.update(experiment=last["experiment"], variant=last["variant"], params=dict(last.get("params") or {}),

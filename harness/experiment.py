@@ -91,7 +91,7 @@ class Experiment:
     name: str
     op_kinds: tuple[str, ...]
     hypothesis: str
-    check: str  # a harness.cards.checks.CHECKS name
+    check: str  # a check's name: harness.cards.checks' own, or one registered with register_check
     classes: tuple[str, ...] = ()  # bottleneck classes whose counter-experiment this tests
     workload_dtype: str = "float32"  # dtype the baseline's inputs are built in
     # ncu metric set this experiment needs (harness.profile.ncu.metrics); None: the profiler's own.
@@ -102,10 +102,12 @@ class Experiment:
     needs: dict[str, NeedsFn] = field(default_factory=dict)  # variant -> what it needs of the device
 
     def __post_init__(self) -> None:
-        from harness.cards.checks import CHECKS
+        from harness.cards.checks import CheckError, check_named
 
-        if self.check not in CHECKS:
-            raise ExperimentError(f"{self.name}: unknown check {self.check!r}; choose one of {', '.join(sorted(CHECKS))}")
+        try:
+            check_named(self.check)
+        except CheckError as exc:
+            raise ExperimentError(f"{self.name}: {exc}") from None
 
     @overload
     def variant(self, fn: VariantFn) -> VariantFn: ...

@@ -5,10 +5,16 @@ the diff shows for it, and a judge answering "yes" / "no" / "not measurable" wit
 the report cards' own checks (harness.cards.card_check) under the experiment's name; occupancy and
 transposes_removed are the experiments' own. Without a named check the before card's class picks one
 (CHECK_FOR_CLASS), so every diff row answers the question its bottleneck class raises.
+
+An experiment with a claim of its own registers its check beside its variants (`@register_check`, as
+TritonBench registers a metric beside a benchmark), in a module that imports nothing but harness.cards:
+the measured cards record the check's name and that module (`check_module`), so a diff of two stored
+runs (`python -m harness.cards diff`) finds the judge by importing it, without torch or the experiment.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -35,8 +41,18 @@ Judge = Callable[["CardDiff", Card, Card], tuple[str, str]]
 class Check:
     name: str
     statement: str
-    metrics: tuple[str, ...]
+    metrics: tuple[str, ...]  # the metrics the diff row shows before and after for it
     judge: Judge
+
+    @property
+    def module(self) -> str | None:
+        """The module that registered it, None for the checks defined here: what a stored card records."""
+        module = getattr(self.judge, "__module__", None)
+        return None if module in (None, __name__) else module
+
+
+class CheckError(ValueError):
+    """A check that is unknown or registered twice; the message says what to do."""
 
 
 def _card_judge(name: str) -> Judge:
@@ -78,7 +94,7 @@ def _is_layout_conversion(family: str) -> bool:
                                               "aten::clone", "aten::_to_copy"))
 
 
-CHECKS: dict[str, Check] = {
+CHECKS: dict[str, Check] = {  # by name; register_check adds to it
     "bytes_and_time_fall": Check(
         "bytes_and_time_fall", "DRAM bytes and time fall together", ("dram_read_mb", "dram_write_mb", "dur_us"),
         _card_judge("bytes_and_time_fall")),
@@ -107,3 +123,34 @@ CHECK_FOR_CLASS: dict[str, str] = {
     LATENCY_OR_OCCUPANCY_LIMITED: "occupancy",
     UNRESOLVED: "stall_breakdown",
 }
+
+
+def register_check(name: str, statement: str, metrics: tuple[str, ...] = ("dur_us",)) -> Callable[[Judge], Judge]:
+    """Register `judge(diff, before, after) -> (yes | no | not measurable, numbers)` as check `name`.
+
+    Put it in a module that imports nothing heavier than harness.cards (no torch): stored runs are
+    judged by importing that module. The experiment then names it (`Experiment(check=name)`).
+    """
+    def register(judge: Judge) -> Judge:
+        known = CHECKS.get(name)
+        if known is not None and known.judge is not judge and known.module != getattr(judge, "__module__", None):
+            raise CheckError(f"check {name!r} is registered twice ({known.module or __name__} and "
+                             f"{judge.__module__}); give one of them another name")
+        CHECKS[name] = Check(name, statement, tuple(metrics), judge)
+        return judge
+
+    return register
+
+
+def check_named(name: str, module: str | None = None) -> Check:
+    """The check `name`; `module` (recorded on measured cards) is imported first when it is not yet known."""
+    if name not in CHECKS and module:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise CheckError(f"check {name!r} is registered by {module}, which cannot be imported here "
+                             f"({exc}); put it on PYTHONPATH") from None
+    if name not in CHECKS:
+        raise CheckError(f"unknown check {name!r}; choose one of {', '.join(sorted(CHECKS))} or register "
+                         "your own with harness.cards.checks.register_check")
+    return CHECKS[name]

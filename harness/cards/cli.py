@@ -31,6 +31,7 @@ from harness.cards.measures import (
     kernel_sum_us,
     timing_median_us,
 )
+from harness.cards.checks import CheckError
 from harness.cards.model import (
     Card,
     Report,
@@ -368,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _resolve_show_args(args)
     try:
         return int(args.run(args))
-    except (ReportError, CliError) as exc:
+    except (ReportError, CliError, CheckError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:

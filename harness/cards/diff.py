@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.cards.card_check import CardCheck, judge_card_check
-from harness.cards.checks import CHECK_FOR_CLASS, CHECKS
+from harness.cards.checks import CHECK_FOR_CLASS, check_named
 from harness.cards.diff_markdown import adoption_text, render_markdown, speedup_text, verdict_text
 from harness.cards.diff_sides import variant_of
 from harness.cards.fields import UNRESOLVED
@@ -149,9 +149,7 @@ def diff_cards(
     recorded = after.extra.get("harness") if isinstance(after.extra.get("harness"), dict) else {}
     check_name = check or recorded.get("check") or CHECK_FOR_CLASS.get(before.primary or UNRESOLVED,
                                                                         "stall_breakdown")
-    if check_name not in CHECKS:
-        raise ValueError(f"unknown check {check_name!r}; choose from {sorted(CHECKS)}")
-    spec = CHECKS[check_name]
+    spec = check_named(check_name, recorded.get("check_module") if check_name == recorded.get("check") else None)
     deltas: dict[str, dict[str, float | None]] = {}
     for name in spec.metrics:
         b = sum_metric(before, name) if name.endswith(("_mb", "dur_us")) else dominant_metric(before, name)

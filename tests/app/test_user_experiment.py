@@ -47,6 +47,9 @@ def test_twice_as_fast_is_adopted_and_the_dropped_bias_never_wins(tmp_path):
     assert row["timing_verdict"] == "FASTER" and row["adopted"] is True
     lo, hi = row["speedup_ci"]
     assert lo <= row["speedup"] <= hi and 1.05 < lo and hi < 3.0  # planted: 2x less work
+    # The experiment's own check, registered beside it (my_experiments/planted_checks.py) and recorded.
+    assert row["check"] == "time_halved" and row["verdict"] in ("yes", "no")
+    assert row["verdict"] == ("yes" if lo >= 1.5 else "no")
     best = load_report(tmp_path / "best.json").cards[0]
     assert best.extra["harness"]["variant"] == "once"
     summary = (tmp_path / "summary.md").read_text()
@@ -73,6 +76,9 @@ def test_a_slower_variant_is_tried_shown_and_not_adopted(tmp_path):
     assert row["timing_verdict"] == "SLOWER" and row["adopted"] is False
     lo, hi = row["speedup_ci"]
     assert 0.4 < lo and hi < 1 / 1.05  # planted: 1.5x the work, 0.67x
+    assert row["check"] == "time_halved" and row["verdict"] == "no"
+    tried = load_report(tmp_path / "tried.json").cards[0]
+    assert tried.extra["harness"]["check_module"] == "my_experiments.planted_checks"
     assert load_report(tmp_path / "best.json").cards[0].extra["harness"]["role"] == "baseline"
     assert load_report(tmp_path / "tried.json").cards[0].extra["harness"]["variant"] == "thrice"
     assert "baseline kept: best tried thrice" in (tmp_path / "summary.md").read_text()

@@ -8,12 +8,13 @@ slower, `no_bias` is faster but wrong (the bias dropped).
 import torch.nn.functional as F
 
 from harness.experiment import Experiment
+from my_experiments import planted_checks  # noqa: F401  registers time_halved
 
 EXPERIMENT = Experiment(
     name="planted",
     op_kinds=("linear",),
     hypothesis="doing the linear once instead of twice halves its time",
-    check="effective_flops",
+    check="time_halved",
 )
 
 
