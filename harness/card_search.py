@@ -19,7 +19,13 @@ from harness.cards.diff import calls_per_invocation
 from harness.cards.model import Card, Report, load_report, save_report
 from harness.cards.noise import paired_verdict
 from harness.measure import TimingSettings
-from harness.rounds import APPLIED_KEY, RoundError, applied_entry, applied_of, label_text
+from harness.rounds import (
+    APPLIED_KEY,
+    RoundError,
+    applied_entry,
+    applied_of,
+    label_text,
+)
 from harness.run_state import CardOutcome, RunContext, RunError, same_band
 from harness.search import (
     best_feasible,
@@ -30,6 +36,7 @@ from harness.search import (
     remaining_trials,
     suggest,
 )
+from harness.trial_spec import TrialSpec
 from harness.worker import (
     CardSession,
     Reply,
@@ -77,12 +84,12 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
         label.update(experiment=last["experiment"], variant=last["variant"], params=dict(last.get("params") or {}),
                      builds_on=[label_text(a) for a in applied])
     correctness = dict(cfg["experiment"]["correctness"])  # harness.correctness.Rule: judged in the worker
-    spec = {
-        "report": report_path, "card_id": card.id, "experiment_module": cfg["experiment"]["module"],
-        "device": ctx.device, "scale": scale, "seed": int(workload_cfg.get("seed", 0)),
-        "inputs_dir": (cfg.get("inputs") or {}).get("dir"), "attention": dict(workload_cfg.get("attention") or {}),
-        "cast": cast_cfg, "warmup": ctx.settings.warmup, "applied": applied,
-    }
+    spec = TrialSpec(
+        card=card.to_dict(), experiment_module=cfg["experiment"]["module"], device=ctx.device, scale=scale,
+        seed=int(workload_cfg.get("seed", 0)), inputs_dir=(cfg.get("inputs") or {}).get("dir"),
+        attention=dict(workload_cfg.get("attention") or {}), cast=cast_cfg, warmup=ctx.settings.warmup,
+        applied=applied,
+    )
     profiler_cfg = dict(cfg.get("profiler") or {})
     if experiment.metric_set:
         profiler_cfg["metric_set"] = experiment.metric_set
@@ -93,7 +100,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
         raise RunError(str(exc)) from None
     worker = worker_for(ctx)
     session = CardSession(worker, {
-        "card": card.to_dict(), "spec": spec, "correctness": correctness, "settings": dict(vars(ctx.settings)),
+        "spec": spec.to_json(), "correctness": correctness, "settings": dict(vars(ctx.settings)),
         "rules": cfg.get("rules"), "profiler": profiler_cfg, "environment": ctx.environment,
         "reference_path": str(trials_dir / "reference.pt"),
     }, deadline)

@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -24,6 +24,9 @@ from harness.experiment import Prepared
 from harness.profile.base import Profile, Profiler
 from harness.profile.timing import TimingResult, time_cpu, warm_up
 from harness.workloads.base import Workload
+
+if TYPE_CHECKING:  # harness.trial_spec imports the experiments' side, which imports this module's callers
+    from harness.trial_spec import TrialSpec
 
 
 def _rss_bytes() -> int:
@@ -132,7 +135,7 @@ def measure(
     rules: RuleSet,
     label: dict[str, Any],
     environment: dict[str, Any],
-    spec: dict[str, Any] | None = None,
+    spec: TrialSpec | None = None,
 ) -> Measurement:
     """Run the prepared variant for correctness, time it, profile it, and build its classified card.
 

@@ -1,16 +1,18 @@
-"""A trial rebuilt from its spec: the card's workload and the callable to run, as the worker and the
-ncu child (harness.profile.ncu_child) both need them, so the two processes build the same thing.
+"""A trial as one typed spec, and the trial rebuilt from it: the card's workload and the callable to run.
 
-The spec is the JSON the run sends (harness.card_search.run_card): experiment module, device, scale, seed,
-inputs, attention and cast settings, and `applied`, the variants earlier rounds adopted on the card
-(harness.rounds), which decide the baseline and the inputs the variants start from.
+The run (harness.card_search) makes one `TrialSpec` per card and sends it as JSON; the worker and the ncu
+child (harness.profile.ncu_child) rebuild the same trial from it. The spec carries the card itself, as
+the run has it (a chunk card derived from the report, a round-2 card from best.json), so no child
+re-reads or re-lints the report. `applied` lists the variants earlier rounds adopted on the card
+(harness.rounds): they decide the baseline and the inputs the variants start from.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Mapping
 
-from harness.cards.model import Card
+from harness.cards.model import Card, parse_report
 from harness.experiment import Experiment, Prepared, load_experiment
 from harness.rounds import carry, round_baseline
 from harness.workloads.attention import AttentionConfig
@@ -18,24 +20,62 @@ from harness.workloads.base import Workload
 from harness.workloads.cast import CastConfig
 from harness.workloads.registry import build_workload
 
+BASELINE = "baseline"
 
-def build_trial_workload(spec: Mapping[str, Any], card: Card, experiment: Experiment) -> tuple[Workload, Workload]:
+
+@dataclass(frozen=True)
+class TrialSpec:
+    card: dict[str, Any]  # the card as the run has it (Card.to_dict())
+    experiment_module: str
+    device: str
+    scale: float
+    seed: int = 0
+    inputs_dir: str | None = None
+    attention: dict[str, Any] = field(default_factory=dict)  # harness.workloads.attention.AttentionConfig
+    cast: dict[str, Any] = field(default_factory=dict)  # harness.workloads.cast.CastConfig
+    warmup: int | None = None  # None: warm up until stable (harness.profile.timing.warm_up)
+    applied: list[dict[str, Any]] = field(default_factory=list)
+    role: str = BASELINE  # baseline, trial, drift, confirm ...
+    variant: str | None = None  # the variant a trial runs (the baseline's name for role baseline)
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def card_id(self) -> str:
+        return self.load_card().id
+
+    def load_card(self) -> Card:
+        return parse_report({"cards": [self.card]}, "trial spec").cards[0]
+
+    def for_trial(self, variant: str | None, params: Mapping[str, Any], role: str) -> "TrialSpec":
+        return replace(self, variant=variant, params=dict(params), role=role)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "TrialSpec":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(obj) - known)
+        if unknown:
+            raise ValueError(f"trial spec: unknown keys {', '.join(unknown)} (written by another harness version?)")
+        return cls(**dict(obj))
+
+
+def build_trial_workload(spec: TrialSpec, card: Card, experiment: Experiment) -> tuple[Workload, Workload]:
     """(the card's workload as built, the same with the applied variants' carries): the baseline of a
     later round is prepared on the first, every variant on the second."""
-    applied = list(spec.get("applied") or [])
+    applied = spec.applied
     dtype = applied[0].get("workload_dtype") if applied else None  # the dtype round 1 built it in
     workload = build_workload(
-        card.op_kind, card.shape_parameters, device=spec["device"], dtype=dtype or experiment.workload_dtype,
-        scale=spec["scale"], seed=spec["seed"], inputs_dir=spec.get("inputs_dir"), input_sha256=card.input_sha256,
-        attention=AttentionConfig(**dict(spec.get("attention") or {})),
-        cast=CastConfig(**dict(spec.get("cast") or {})), resolution=card.resolution,
+        card.op_kind, card.shape_parameters, device=spec.device, dtype=dtype or experiment.workload_dtype,
+        scale=spec.scale, seed=spec.seed, inputs_dir=spec.inputs_dir, input_sha256=card.input_sha256,
+        attention=AttentionConfig(**spec.attention), cast=CastConfig(**spec.cast), resolution=card.resolution,
     )
     return workload, carry(workload, applied)
 
 
-def prepare_baseline(spec: Mapping[str, Any], workload: Workload, experiment: Experiment) -> Prepared:
+def prepare_baseline(spec: TrialSpec, workload: Workload, experiment: Experiment) -> Prepared:
     """The experiment's baseline; on a card with applied variants, the last of them (round 2 reproduces round 1)."""
-    applied = list(spec.get("applied") or [])
-    if applied:
-        return round_baseline(workload, applied, load_experiment)
+    if spec.applied:
+        return round_baseline(workload, spec.applied, load_experiment)
     return experiment.prepare(str(experiment.baseline_name), workload, {})

@@ -20,7 +20,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from harness.cards.fields import SOURCE_NCU
 from harness.profile.base import Profile, ProfilerUnavailable, WorkloadFacts
@@ -35,6 +35,9 @@ from harness.profile.ncu.metrics import (
     resolve_metrics,
 )
 from harness.profile.ncu.runner import run_command, run_ncu
+
+if TYPE_CHECKING:  # the profilers do not import the experiments' side at run time
+    from harness.trial_spec import TrialSpec
 
 NVTX_RANGE = "harness_trial"
 QUERY_DEADLINE_S = 60.0
@@ -78,15 +81,15 @@ def chip_metrics(setting: Any, ncu: str) -> tuple[set[str] | None, str, str | No
         ) from None
 
 
-def trial_folder(keep_dir: Path, spec: Mapping[str, Any]) -> Path:
+def trial_folder(keep_dir: Path, spec: TrialSpec) -> Path:
     """A new folder for one trial's spec and report: `<keep_dir>/<card>/<NNN>_<role>_<variant>[_<params>]`."""
     def clean(text: str) -> str:
         return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
 
-    card_dir = keep_dir / clean(str(spec.get("card_id") or "card"))
+    card_dir = keep_dir / clean(spec.card_id)
     card_dir.mkdir(parents=True, exist_ok=True)
-    name = f"{clean(str(spec.get('role') or 'trial'))}_{clean(str(spec.get('variant') or 'baseline'))}"
-    params = spec.get("params") or {}
+    name = f"{clean(spec.role)}_{clean(spec.variant or 'baseline')}"
+    params = spec.params
     if params:
         name += "_" + hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:8]
     number = len([p for p in card_dir.iterdir() if p.is_dir()])
@@ -136,7 +139,7 @@ class NcuProfiler:
             self._plan, self._plan_source = plan, source
         return self._plan
 
-    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts, spec: Mapping[str, Any] | None = None) -> Profile:
+    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts, spec: TrialSpec | None = None) -> Profile:
         if spec is None:
             raise ProfilerUnavailable("profiler=ncu profiles a trial in a child process and needs its trial spec")
         plan = self.metric_plan()
@@ -145,7 +148,7 @@ class NcuProfiler:
         else:
             workdir = Path(tempfile.mkdtemp(prefix="harness-ncu-"))
         spec_path = workdir / "trial_spec.json"
-        spec_path.write_text(json.dumps({**spec, "nvtx_range": NVTX_RANGE}), encoding="utf-8")
+        spec_path.write_text(json.dumps({"spec": spec.to_json(), "nvtx_range": NVTX_RANGE}), encoding="utf-8")
         command = profile_command(
             [sys.executable, "-m", "harness.profile.ncu_child", str(spec_path)],
             nvtx_range=NVTX_RANGE, report_path=workdir / "trial.ncu-rep", clock_control=self.clock_control,

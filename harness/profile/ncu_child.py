@@ -11,28 +11,32 @@ import sys
 
 import torch
 
-from harness.cards.lint import normalize
-from harness.cards.model import load_report
 from harness.experiment import load_experiment
 from harness.profile.timing import warm_up
-from harness.trial_spec import build_trial_workload, prepare_baseline
+from harness.trial_spec import (
+    BASELINE,
+    TrialSpec,
+    build_trial_workload,
+    prepare_baseline,
+)
 
 
-def run_trial(spec: dict) -> None:
-    card = normalize(load_report(spec.get("report"))).card(spec["card_id"])
-    experiment = load_experiment(spec["experiment_module"])
+def run_trial(spec: TrialSpec, nvtx_range: str) -> None:
+    """The trial's callable: warmed up outside the NVTX range, then one call inside it (what ncu profiles)."""
+    card = spec.load_card()  # as the run has it: no report is re-read or re-linted here
+    experiment = load_experiment(spec.experiment_module)
     workload, carried = build_trial_workload(spec, card, experiment)
-    if spec.get("role") == "baseline":
+    if spec.role == BASELINE:
         fn = prepare_baseline(spec, workload, experiment).fn
     else:
-        fn = experiment.prepare(spec["variant"], carried, spec.get("params", {})).fn
-    if spec.get("warmup") is None:  # under ncu, outside the NVTX range: nothing of it is profiled
+        fn = experiment.prepare(spec.variant, carried, spec.params).fn
+    if spec.warmup is None:  # under ncu, outside the NVTX range: nothing of it is profiled
         warm_up(fn, sync=torch.cuda.synchronize)
     else:
-        for _ in range(int(spec["warmup"])):
+        for _ in range(spec.warmup):
             fn()
     torch.cuda.synchronize()
-    torch.cuda.nvtx.range_push(spec["nvtx_range"])
+    torch.cuda.nvtx.range_push(nvtx_range)
     fn()
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_pop()
@@ -56,7 +60,8 @@ def main(argv: list[str]) -> int:
         return 2
     _die_with_ncu()
     with open(argv[0], encoding="utf-8") as handle:
-        run_trial(json.load(handle))
+        written = json.load(handle)
+    run_trial(TrialSpec.from_json(written["spec"]), written["nvtx_range"])
     return 0
 
 

@@ -25,6 +25,7 @@ def annotate(experiment: Any, card: Any, workload: Any) -> None:
 @dataclass
 class _CardState:
     key: str
+    spec: Any  # harness.trial_spec.TrialSpec
     card: Any
     experiment: Any
     workload: Any
@@ -47,20 +48,19 @@ class Server:
 
     def card(self, request: dict[str, Any]) -> tuple[_CardState, float]:
         """The request's card, built (workload, prepared baseline) unless it is the one kept."""
-        from harness.cards.model import parse_report
         from harness.experiment import load_experiment
-        from harness.trial_spec import build_trial_workload, prepare_baseline
+        from harness.trial_spec import TrialSpec, build_trial_workload, prepare_baseline
 
-        spec = request["spec"]
-        key = _json_key({"spec": spec, "card": request["card"], "reference": request.get("reference_path")})
+        spec = TrialSpec.from_json(request["spec"])
+        key = _json_key({"spec": request["spec"], "reference": request.get("reference_path")})
         if self.state is not None and self.state.key == key:
             return self.state, 0.0
         self.forget()
         t0 = time.perf_counter()
-        card = parse_report({"cards": [request["card"]]}, "worker request").cards[0]
-        experiment = load_experiment(spec["experiment_module"])
+        card = spec.load_card()
+        experiment = load_experiment(spec.experiment_module)
         workload, carried = build_trial_workload(spec, card, experiment)
-        state = _CardState(key, card, experiment, carried, None)
+        state = _CardState(key, spec, card, experiment, carried, None)
         self.state = state
         state.baseline = prepare_baseline(spec, workload, experiment)
         return state, time.perf_counter() - t0
@@ -142,7 +142,7 @@ class Server:
                     profiler=self.profiler(request["profiler"]),
                     settings=TimingSettings(**request["settings"]), rules=self.rules(request["rules"]),
                     label=request["label"], environment=request["environment"],
-                    spec={**request["spec"], "variant": variant, "params": params, "role": request["role"]})
+                    spec=state.spec.for_trial(variant, params, request["role"]))
         card, path = m.card, Path(request["card_path"])
         card.extra.update(request.get("extra") or {})
         try:

@@ -227,15 +227,16 @@ def test_a_new_worker_checks_against_the_saved_reference(tmp_path, peak_cache, m
     """After a crash the next trial is checked against reference.pt, not a recomputed baseline."""
     from harness.cards.lint import lint_report
     from harness.cards.model import load_report as load
+    from harness.trial_spec import TrialSpec
 
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(peak_cache))
     monkeypatch.syspath_prepend(str(REPO))
     card = lint_report(load()).normalized.card(CARD)
-    spec = {"report": None, "card_id": CARD, "experiment_module": "tests.app.fault_experiment", "device": "cpu",
-            "scale": 0.05, "seed": 0, "inputs_dir": None, "attention": {}, "cast": {}, "warmup": 1}
+    spec = TrialSpec(card=card.to_dict(), experiment_module="tests.app.fault_experiment", device="cpu", scale=0.05,
+                     warmup=1)
     worker = TrialWorker(log_path=tmp_path / "worker.log")
     session = CardSession(worker, {
-        "card": card.to_dict(), "spec": spec, "correctness": {"same_factor": 4, "lowered_factor": 4},
+        "spec": spec.to_json(), "correctness": {"same_factor": 4, "lowered_factor": 4},
         "settings": {"warmup": 1, "min_repeats": 3, "budget_s": 0.02, "cuda_graph": False}, "rules": None,
         "profiler": {"name": "cpu"}, "environment": {}, "reference_path": str(tmp_path / "reference.pt"),
     }, deadline_s=120)
