@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from harness.cards.fields import DRAM_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL
 from harness.cards.measures import dram_bytes
 from harness.experiment import Experiment, Prepared, VariantSkipped
+from harness.profile.peak_lookup import card_peaks
 from harness.workloads.base import Workload, dtype_name, element_size
 
 EXPERIMENT = Experiment(
@@ -287,26 +288,6 @@ def gemv(w: Workload, block_size: int = 256, vector_width: int = 8) -> Prepared:
 # Evidence: time per call next to the weight-bandwidth bound
 
 
-def peak_bandwidth(peaks: Any, device: str) -> tuple[float | None, str | None]:
-    """DRAM bandwidth (bytes/s) from the card's profiler peaks, and where it came from.
-
-    CPU peaks: `mem_bw_bytes_per_s` (measured copy bandwidth on this machine). GPU peaks (torch_cuda
-    backend): `peaks["dram_tbps"]["value"]` in TB/s. The ncu backend records no peaks: the device's
-    entry in harness.profile.gpu_peaks is used then.
-    """
-    if isinstance(peaks, dict) and isinstance(peaks.get("mem_bw_bytes_per_s"), (int, float)):
-        return float(peaks["mem_bw_bytes_per_s"]), "measured CPU copy bandwidth (read + write)"
-    table = peaks.get("peaks") if isinstance(peaks, dict) else None
-    if not isinstance(table, dict) and str(device).startswith("cuda") and torch.cuda.is_available():
-        from harness.profile.gpu_peaks import for_current_device
-
-        table = for_current_device().to_dict().get("peaks")
-    entry = table.get("dram_tbps") if isinstance(table, dict) else None
-    if isinstance(entry, dict) and isinstance(entry.get("value"), (int, float)):
-        return float(entry["value"]) * 1e12, f"dram_tbps ({entry.get('source', '?')})"
-    return None, None
-
-
 @EXPERIMENT.annotate
 def add_weight_stream(card: Any, w: Workload) -> None:
     """card.extra["weight_stream"]: per-call time next to the time the weight bytes need at peak bandwidth.
@@ -319,7 +300,8 @@ def add_weight_stream(card: Any, w: Workload) -> None:
     weight = w.inputs["weight"]
     weight_bytes = weight.numel() * weight.element_size()
     per_call_bytes = weight_bytes / calls
-    bandwidth, source = peak_bandwidth(card.extra.get("peaks"), w.device)
+    peaks = card_peaks(card.extra.get("peaks"), "float32", w.device)
+    bandwidth, source = (peaks.bandwidth, peaks.bandwidth_source) if peaks else (None, None)
     bound_us = per_call_bytes / bandwidth * 1e6 if bandwidth else None
     dram = dram_bytes(card)
     evidence: dict[str, Any] = {
@@ -334,8 +316,8 @@ def add_weight_stream(card: Any, w: Workload) -> None:
         "peak_gbps": bandwidth / 1e9 if bandwidth else None,
         "peak_source": source,
     }
-    llc = (card.extra.get("peaks") or {}).get("llc_bytes") if isinstance(card.extra.get("peaks"), dict) else None
-    if isinstance(llc, int) and weight_bytes <= llc:
+    llc = peaks.llc_bytes if peaks else None
+    if llc and weight_bytes <= llc:
         evidence["note"] = (f"the {weight_bytes / 1e6:.1f} MB weight fits in the {llc / 1e6:.0f} MB last-level "
                             "cache: repeated calls need not reach DRAM, so the bound is no floor here")
     card.extra["weight_stream"] = evidence

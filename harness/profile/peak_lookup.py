@@ -1,7 +1,8 @@
-"""The math peak and SM count a card's achieved rate is judged against, from the profiler's recorded peaks.
+"""The math peak, DRAM bandwidth and SM count a card's achieved rate is judged against.
 
-CPU peaks are measured on the machine (harness.profile.cpu_peaks); GPU peaks come from the torch_cuda
-backend's record or, for the ncu backend, the device's entry in harness.profile.gpu_peaks.
+Read from the card's recorded peaks (harness.cards.peaks: measured CPU peaks, or the torch_cuda backend's
+GPU table); the ncu backend records none, so on a CUDA device the device's entry in
+harness.profile.gpu_peaks stands in.
 """
 
 from __future__ import annotations
@@ -10,40 +11,30 @@ from typing import Any
 
 import torch
 
+from harness.cards.peaks import RecordedPeaks, recorded_peaks
 
-_CUDA_PEAK_KEYS = {"bfloat16": "bf16_tflops", "float16": "fp16_tflops"}
+
+def card_peaks(peaks: Any, dtype: str, device: str) -> RecordedPeaks | None:
+    """The card's peaks for math in `dtype` (float32 on a GPU: TF32 as torch allows it now)."""
+    tf32 = bool(torch.backends.cuda.matmul.allow_tf32)
+    found = recorded_peaks(peaks, dtype, tf32=tf32)
+    if (found is None or found.compute is None) and str(device).startswith("cuda") and torch.cuda.is_available():
+        from harness.profile.gpu_peaks import for_current_device
+
+        found = recorded_peaks(for_current_device().to_dict(), dtype, tf32=tf32)
+    return found
 
 
 def compute_peak(peaks: Any, dtype: str, device: str) -> tuple[float | None, str | None]:
-    """The math peak (FLOP/s) for `dtype` from the card's profiler peaks, and where it came from.
-
-    CPU peaks: `flops_per_s[dtype]`, measured on this machine. GPU peaks (torch_cuda backend):
-    `peaks[key]["value"]` in TFLOP/s, key by dtype (float32 is TF32 when torch allows it). The ncu
-    backend records no peaks: the device's entry in harness.profile.gpu_peaks is used then.
-    """
-    if isinstance(peaks, dict) and isinstance(peaks.get("flops_per_s"), dict):
-        value = peaks["flops_per_s"].get(dtype)
-        return (float(value), f"measured CPU {dtype} matmul peak") if value else (None, None)
-    key = _CUDA_PEAK_KEYS.get(dtype)
-    if dtype == "float32":
-        key = "tf32_tflops" if torch.backends.cuda.matmul.allow_tf32 else "fp32_tflops"
-    if key is None:
-        return None, None
-    table = peaks.get("peaks") if isinstance(peaks, dict) else None
-    if not isinstance(table, dict) and str(device).startswith("cuda") and torch.cuda.is_available():
-        from harness.profile.gpu_peaks import for_current_device
-
-        table = for_current_device().to_dict().get("peaks")
-    entry = table.get(key) if isinstance(table, dict) else None
-    if isinstance(entry, dict) and isinstance(entry.get("value"), (int, float)):
-        return float(entry["value"]) * 1e12, f"{key} ({entry.get('source', '?')})"
-    return None, None
+    """The math peak (FLOP/s) for `dtype`, and where it came from."""
+    found = card_peaks(peaks, dtype, device)
+    return (found.compute, found.compute_source) if found else (None, None)
 
 
 def sm_count(device: str, peaks: Any) -> int | None:
-    limits = peaks.get("limits") if isinstance(peaks, dict) else None
-    if isinstance(limits, dict) and isinstance(limits.get("sm_count"), int):
-        return limits["sm_count"]
+    found = recorded_peaks(peaks, "float32")
+    if found is not None and found.sm_count:
+        return found.sm_count
     if str(device).startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
     return None

@@ -9,12 +9,10 @@ workload's compulsory minimum), so that their points compare.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 from harness.cards.measures import calls_per_invocation, card_time_us, dram_bytes
 from harness.cards.model import Card
-
-_UNIT_SCALE = {"TFLOP/s": 1e12, "GFLOP/s": 1e9, "TB/s": 1e12, "GB/s": 1e9}
+from harness.cards.peaks import is_cpu_layout, recorded_peaks
 
 
 @dataclass
@@ -26,33 +24,18 @@ class Roofs:
     label: str
 
 
-def _peak_value(entry: Any) -> float | None:
-    """A gpu_peaks Peak dict ({value, unit, ...}) in base units."""
-    if not isinstance(entry, Mapping) or not isinstance(entry.get("value"), (int, float)):
-        return None
-    return float(entry["value"]) * _UNIT_SCALE.get(str(entry.get("unit")), 1.0)
-
-
 def device_roofs(card: Card) -> Roofs | None:
-    """The roofs the profiler used for this card (extra["peaks"]), CPU or GPU layout; None if absent."""
+    """The roofs the profiler used for this card (extra["peaks"], harness.cards.peaks); None if absent."""
     peaks = card.extra.get("peaks")
-    if not isinstance(peaks, Mapping):
+    dtype = str((card.extra.get("workload") or {}).get("dtype") or "float32")
+    found = recorded_peaks(peaks, dtype)
+    if found is None or found.compute is None or found.bandwidth is None:
         return None
-    if peaks.get("kind") == "cpu" or "mem_bw_bytes_per_s" in peaks:
-        dtype = str((card.extra.get("workload") or {}).get("dtype") or "float32")
-        compute = (peaks.get("flops_per_s") or {}).get(dtype)
-        bandwidth = peaks.get("mem_bw_bytes_per_s")
+    if is_cpu_layout(peaks):
         label = f"{peaks.get('cpu_model') or 'CPU'} {dtype}, measured"
     else:
-        table = peaks.get("peaks") or {}
-        used = peaks.get("used") or {}
-        compute = _peak_value(used.get("compute") or table.get(str(peaks.get("compute_peak"))))
-        bandwidth = _peak_value(used.get("dram") or table.get("dram_tbps"))
-        source = (used.get("compute") or {}).get("source", "")
-        label = f"{peaks.get('device_name') or peaks.get('table_entry') or 'GPU'} {peaks.get('compute_peak')}, {source}"
-    if not all(isinstance(v, (int, float)) and v > 0 for v in (compute, bandwidth)):
-        return None
-    return Roofs(float(compute), float(bandwidth), label)  # type: ignore[arg-type]  # checked just above
+        label = f"{found.device} {peaks.get('compute_peak')}, {found.origin or ''}"
+    return Roofs(found.compute, found.bandwidth, label)
 
 
 def _dram_bytes_per_call(card: Card) -> float | None:
