@@ -21,6 +21,8 @@ its status (ok, failed, timeout, skipped), seconds, one line of result and its h
   aa_timing          an A/A pair through the paired-rounds verdict with CUDA events, SM clock per round
   reproduction       a handful of cards re-profiled at scale 1 against the report -> reproduction.md
                      (under ncu; under the CUDA trace where ncu cannot profile)
+  chunk_trace        vae_decode_chunk and dit_block on their smallest chunk card at the report's scale under
+                     the CUDA trace: verdict, op breakdown per contained report card
   auto_trace         experiment=auto under the CUDA trace on a few cards, few trials
   pack               (always) runs.tgz and summary.json
 
@@ -916,6 +918,39 @@ def step_reproduction(check: Check, step: Step, timeout: float) -> Outcome:
     return Outcome("ok", f"{how}: {result}", numbers)
 
 
+CHUNK_EXPERIMENTS = ("vae_decode_chunk", "dit_block")  # the chunk cards' experiments (harness.chunks)
+
+
+def step_chunk_trace(check: Check, step: Step, timeout: float) -> Outcome:
+    """Each chunk experiment on its smallest chunk card under the CUDA trace at the report's scale: the
+    chunk's verdict, its op breakdown per contained report card, and the speedup its op cards predict."""
+    device_form = check.cuda and not check.dry_run
+    parts, numbers = [], {}
+    names = [n for n in CHUNK_EXPERIMENTS if (REPO / "conf" / "experiment" / f"{n}.yaml").exists()]
+    for index, name in enumerate(names):
+        left = max(MIN_STEP_S, timeout / (len(names) - index))
+        scale = "workload.scale=1.0" if device_form else "workload.scale=0.04"
+        args = [a for a in check.common(device_form) if not a.startswith("workload.scale=")]
+        args += [f"experiment={name}", scale, "search.n_trials=3"] + (["profiler=torch_cuda"] if device_form else [])
+        proc, run_dir = check.harness_run(step, f"chunk_{name}", args, left)
+        timeout -= left
+        if proc.returncode != 0:
+            parts.append(f"{name}: exit {proc.returncode}" + (" (timed out)" if proc.timed_out else ""))
+            numbers[name] = {"returncode": proc.returncode}
+            continue
+        rows = (_read_json(run_dir / "diff.json") or {}).get("cards") or []
+        row = rows[0] if rows else {}
+        breakdown = [e.get("card") for e in row.get("op_breakdown") or [] if e.get("card") != "other"]
+        numbers[name] = {"card": row.get("card"), "speedup": row.get("speedup"), "verdict": row.get("timing_verdict"),
+                         "op_cards": breakdown}
+        verdict = f"{row['speedup']:.2f}x {row.get('timing_verdict')}" if row.get("speedup") else "no verdict"
+        parts.append(f"{name}: {verdict}, {len(breakdown)} report cards in its op breakdown")
+    if not names:
+        raise StepFailed("no chunk experiment config in conf/experiment")
+    status = "ok" if all(isinstance(numbers[n], dict) and "card" in numbers[n] for n in names) else "failed"
+    return Outcome(status, "; ".join(parts), numbers)
+
+
 def step_auto_trace(check: Check, step: Step, timeout: float) -> Outcome:
     device_form = check.cuda and not check.dry_run
     overrides = ["experiment=auto", f"cards=[{','.join(AUTO_CARDS)}]", "search.n_trials=4"]
@@ -997,6 +1032,8 @@ STEPS = [
     Step("gpu_tests", 45, 0, ("cuda", "harness"), _wrap(step_gpu_tests), "gpu/ncu-marked unit tests"),
     Step("aa_timing", 20, 25, ("cuda", "harness"), _wrap(step_aa_timing), "A/A pair, SM clock"),
     Step("reproduction", 60, 60, ("cuda", "harness"), _wrap(step_reproduction), "cards vs the report -> reproduction.md"),
+    Step("chunk_trace", 50, 150, ("cuda", "harness"), _wrap(step_chunk_trace),
+         "the chunk experiments at the report's scale under the CUDA trace: op breakdown"),
     Step("auto_trace", 50, 90, ("cuda", "harness"), _wrap(step_auto_trace), "experiment=auto under the CUDA trace"),
 ]
 STEP_NAMES = [s.name for s in STEPS]
