@@ -41,7 +41,8 @@ from harness.profile.peak_lookup import compute_peak, sm_count
 from harness.tiles import TileConfig, device_limits, executed_flops, launch_problem, tile_count, waves
 from harness.workloads.base import Workload, dtype_name, element_size, parse_dtype
 
-from experiments.dit_gemm_tiles.kernel import TRITON_MISSING, compiled_facts, triton, triton_linear
+from experiments.dit_gemm_tiles.kernel import triton_linear
+from harness.triton_support import TRITON_MISSING, compiled_facts, triton
 
 EXPERIMENT = Experiment(
     name="dit_gemm_tiles",

@@ -11,17 +11,7 @@ import torch
 
 from harness.experiment import VariantSkipped
 from harness.tiles import TileConfig
-
-try:  # Triton is optional: it ships with torch's CUDA wheels, not with the CPU ones.
-    import triton
-    import triton.language as tl
-except ImportError as _exc:  # pragma: no cover - depends on the install
-    triton = None
-    tl = None
-    TRITON_MISSING: str | None = f"triton not installed ({_exc}); it comes with torch's CUDA wheels"
-else:
-    TRITON_MISSING = None
-
+from harness.triton_support import TRITON_MISSING, input_precision, tl, triton
 
 if triton is not None:
 
@@ -83,28 +73,13 @@ def triton_linear(
     n = weight.shape[0]
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
     grid = (triton.cdiv(m, config.BLOCK_M) * triton.cdiv(n, config.BLOCK_N),)
-    # float32 inputs follow torch's matmul setting (IEEE unless TF32 is allowed); bf16/fp16 ignore it.
-    precision = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
     compiled = _linear_kernel[grid](
         x, weight, bias if bias is not None else y, y,
         m, n, k,
         x.stride(0), x.stride(1), weight.stride(0), weight.stride(1), y.stride(0), y.stride(1),
         HAS_BIAS=bias is not None,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
-        INPUT_PRECISION=precision,
+        INPUT_PRECISION=input_precision(),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return y, compiled
-
-
-def compiled_facts(compiled: Any) -> dict[str, Any]:
-    """Registers, spills and shared memory the compiler assigned (absent in the interpreter)."""
-    facts: dict[str, Any] = {}
-    for key, attr in (("regs_per_thread", "n_regs"), ("spilled_regs", "n_spills")):
-        value = getattr(compiled, attr, None)
-        if isinstance(value, int):
-            facts[key] = value
-    shared = getattr(getattr(compiled, "metadata", None), "shared", None)
-    if isinstance(shared, int):
-        facts["smem_bytes_compiled"] = shared
-    return facts
