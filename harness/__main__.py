@@ -19,17 +19,19 @@ from typing import Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from harness.cards.measures import card_time_us
 from harness.cards.model import ReportError
 from harness.experiment import ExperimentError
-from harness.auto import AUTO, run_auto
+from harness.auto import run_auto
+from harness.config_schema import is_auto
 from harness.provenance import ResumeError, check_run_dir, claim_run_dir, resumable
 from harness.run import RunError, execute
 from harness.search import SearchError, make_storage, note_interrupt, safe_to_interrupt
 from harness.stopping import record_stop
-from harness.validate import ConfigError, check_creatable, validate_config
+from harness.validate import ConfigError, check_creatable, compose_checked, validate_config
+from harness.validate import hydra_error_line as _one_line
 from harness.workloads.base import WorkloadError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -127,18 +129,18 @@ def app(cfg: DictConfig) -> float | None:
     install_signal_handlers()  # again: a launcher (submitit) may run this function without main()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     config = OmegaConf.to_container(cfg, resolve=True)
-    if config["experiment"]["name"] == AUTO:
+    if is_auto(config):
         try:  # auto's own identity; each sub-run claims its folder <run>/<experiment>/ in execute
             claim_run_dir(run_dir, config, device=str(config.get("device")),
                           profiler=str((config.get("profiler") or {}).get("name")),
-                          cards=config.get("cards") or config["experiment"].get("default_cards"))
+                          cards=config.get("cards") or config["auto"].get("default_cards"))
             summary = run_auto(config, run_dir, _compose_experiment, known_experiments([]))
         except BAD_INPUT as exc:
             _fail(str(exc))
         except KeyboardInterrupt as stop:
             _stopped(run_dir, stop)
         print(summary)
-        made = ("plan.json, plan.md; nothing measured" if (config.get("auto") or {}).get("plan_only")
+        made = ("plan.json, plan.md; nothing measured" if config["auto"].get("plan_only")
                 else "summary.md, and one sub-run folder per experiment")
         print(f"outputs: {run_dir}  ({made})")
         return None
@@ -181,69 +183,37 @@ def known_experiments(args: list[str]) -> list[str]:
 
 
 def _compose_experiment(name: str) -> dict[str, Any]:
-    """Experiment `name`'s config with this run's overrides (auto's sub-runs): what `experiment=name` gives."""
+    """Experiment `name`'s config with this run's overrides (auto's sub-runs): what `experiment=name` gives,
+    checked as that run would check it (ConfigError, the experiment named)."""
     from hydra import compose
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
     own = ("experiment=", "experiment.", "cards=", "hydra.")
     overrides = [o for o in HydraConfig.get().overrides.task if not o.lstrip("+~").startswith(own)]
     searchpath = _searchpath_overrides(list(HydraConfig.get().overrides.hydra))
-    cfg = compose(config_name="config", overrides=[*searchpath, *overrides, f"experiment={name}"])
-    return OmegaConf.to_container(cfg, resolve=True)
-
-
-def _one_line(exc: BaseException) -> str:
-    """A Hydra/OmegaConf error message on one line (without the config search path).
-
-    Hydra's own "Error merging override ..." / "Error loading ..." lose their leading "Error": the line
-    already starts with `error: `, once, in lower case, like every error of the harness.
-    """
-    parts: list[str] = []
-    for line in str(exc).splitlines():
-        if line.startswith(("Config search path", "See https://hydra.cc")):
-            break
-        if line.strip():
-            joiner = ", " if line.startswith("\t") and parts and not parts[-1].endswith(":") else " "
-            parts.append((joiner if parts else "") + line.strip())
-    text = "".join(parts).removeprefix("Error ")
-    cause = exc.__cause__
-    if cause is not None and str(cause).strip():
-        text += f" ({str(cause).strip().splitlines()[0]})"
-    return text
+    try:
+        cfg = compose(config_name="config", overrides=[*searchpath, *overrides, f"experiment={name}"])
+        config = OmegaConf.to_container(cfg, resolve=True)
+        validate_config(config)
+    except (HydraException, OmegaConfBaseException) as exc:  # a user's experiment file the schema rejects
+        raise ConfigError(f"experiment={name}: {_one_line(exc)}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"experiment={name}: {exc}") from None
+    return config
 
 
 def preflight(args: list[str]) -> None:
     """Compose the config as Hydra will and check it, before Hydra creates the run directory.
 
-    Hydra's own errors (an unknown key, a bad override) and an uncreatable run directory would
-    otherwise end in several lines or a traceback; here they are one `error:` line and exit 2.
-    Options (`--multirun`, `--cfg`, `--help`, ...) are left to Hydra.
+    Hydra's own errors (an unknown key, a bad override, a value of the wrong type) and an uncreatable
+    run directory would otherwise end in several lines or a traceback; here they are one `error:` line
+    and exit 2. Options (`--multirun`, `--cfg`, `--help`, ...) are left to Hydra.
     """
     if any(arg.startswith("-") for arg in args):
         return
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
-
-    from harness.validate import closest_key, known_keys, unknown_key_message
-
     try:
-        with initialize_config_dir(version_base=None, config_dir=str(CONF_DIR), job_name="harness"):
-            cfg = compose(config_name="config", overrides=args, return_hydra_config=True)
-            run_dir = str(cfg.hydra.run.dir)
-            with open_dict(cfg):
-                del cfg["hydra"]
-            config = OmegaConf.to_container(cfg, resolve=True)
-    except (HydraException, OmegaConfBaseException) as exc:
-        # Hydra's "Could not override 'K'" for a key the config lacks: in a checked section (or near a
-        # known key), the message validate gives for a key added with `+`, with the key most likely
-        # meant; Hydra's advice to add it with `+` would only move the error there.
-        missing = str(exc).partition("Could not override '")[2].partition("'")[0]
-        checked = missing and (missing.rpartition(".")[0] in known_keys() or closest_key(missing))
-        if checked and isinstance(exc.__cause__, (ConfigAttributeError, ConfigKeyError)):
-            _fail(unknown_key_message(missing))
-        _fail(_one_line(exc))
-    try:
-        validate_config(config)
+        config, run_dir = compose_checked(args)
         check_creatable(run_dir, "hydra.run.dir")
         # Before Hydra writes into the folder: not another run's, and with resume, a run to resume.
         check_run_dir(Path(run_dir), config)

@@ -19,6 +19,7 @@ from harness.report.html import render_index_html
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, Report, load_report, write_json_atomic, write_text_atomic
 from harness.cards.rules import RuleSet, classify_report
+from harness.config_schema import AUTO
 from harness.environment import resolve_device
 from harness.experiment import Experiment, ExperimentError, load_experiment
 from harness.overview import CardResult, render_end_to_end
@@ -26,7 +27,6 @@ from harness.provenance import report_sha256
 from harness.run import RunError, card_results, execute
 from harness.selection import SelectionError, pick_cards
 
-AUTO = "auto"
 NOT_AUTOMATIC = (AUTO, "reprofile")  # reprofile reproduces the baseline; it tests no hypothesis
 
 Compose = Callable[[str], dict[str, Any]]  # experiment name -> its full config, user overrides applied
@@ -79,9 +79,9 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, options: l
     except ValueError as exc:
         raise RunError(str(exc)) from None
     report = classify_report(lint_report(load_report(cfg.get("report"))).normalized, rules)
-    selector = cfg.get("cards") or cfg["experiment"].get("default_cards")
+    selector = cfg.get("cards") or (cfg.get("auto") or {}).get("default_cards")
     if not selector:
-        raise RunError("experiment=auto needs cards= (ids or a rule) or experiment.default_cards")
+        raise RunError("experiment=auto needs cards= (ids or a rule) or auto.default_cards")
     try:
         cards = pick_cards(report, selector, device=resolve_device(str(cfg.get("device", "auto"))))
     except (SelectionError, ValueError) as exc:

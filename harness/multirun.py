@@ -24,8 +24,9 @@ from urllib.parse import quote
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from harness.report.html import render_index_html
 from harness.cards.model import write_text_atomic
+from harness.provenance import run_name
+from harness.report.html import render_index_html
 
 _SEPARATOR_ROW = re.compile(r"^\|(\s*:?-+:?\s*\|)+\s*$")
 OUTPUT_FILES = ("report.html", "summary.md")  # what each job's line links to, when the job wrote it
@@ -78,8 +79,8 @@ def read_job(sweep_dir: Path, folder: Path) -> Job:
     job_dir = sweep_dir / folder
     overrides = [str(o) for o in OmegaConf.load(job_dir / ".hydra" / "overrides.yaml")]
     config_path = job_dir / ".hydra" / "config.yaml"
-    experiment = (str(OmegaConf.select(OmegaConf.load(config_path), "experiment.name", default="?"))
-                  if config_path.is_file() else "?")
+    config = OmegaConf.to_container(OmegaConf.load(config_path)) if config_path.is_file() else None
+    experiment = run_name(config) if isinstance(config, dict) and "experiment" in config else "?"
     summary_path = job_dir / "summary.md"
     try:
         run = json.loads((job_dir / "run.json").read_text(encoding="utf-8"))

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness.cards.model import default_report_path, write_json_atomic
+from harness.config_schema import AUTO, is_auto
 
 IDENTITY_FILE = "run_identity.json"
 STUDY_FILE = "optuna.db"  # the default storage, in the run directory (harness.run.execute)
-AUTO = "auto"  # harness.auto.AUTO, not imported: harness.auto imports harness.run, which imports this
 # The compared fields, in the order a difference is looked for, each with the config key it comes from.
 FIELDS = {"experiment": "experiment", "module": "experiment.module", "report_sha256": "report",
           "space": "experiment.space", "correctness": "experiment", "cards": "cards", "workload": "workload",
@@ -53,11 +53,12 @@ def report_sha256(path: str | None) -> str:
 
 def run_identity(cfg: Mapping[str, Any], *, device: str | None = None, profiler: str | None = None,
                  cards: Any = None) -> dict[str, Any]:
-    """The identity of the run `cfg` describes; device, profiler and cards as resolved (None: unknown yet)."""
-    experiment = cfg["experiment"]
+    """The identity of the run `cfg` describes; device, profiler and cards as resolved (None: unknown yet).
+    experiment=auto's is its name alone: it has no experiment settings, its sub-runs record theirs."""
+    experiment = cfg.get("experiment") or {}
     workload = cfg.get("workload") or {}
     identity = {
-        "experiment": experiment["name"],
+        "experiment": run_name(cfg),
         "module": experiment.get("module"),
         "report_sha256": report_sha256(cfg.get("report")),
         "report": cfg.get("report"),  # not compared: where it was read, for the messages
@@ -72,6 +73,11 @@ def run_identity(cfg: Mapping[str, Any], *, device: str | None = None, profiler:
         "profiler": profiler,
     }
     return json.loads(json.dumps(identity, default=str))  # as it reads back from the file
+
+
+def run_name(cfg: Mapping[str, Any]) -> str:
+    """The experiment a config runs, or auto."""
+    return AUTO if is_auto(cfg) else str(cfg["experiment"]["name"])
 
 
 def read_identity(run_dir: Path) -> dict[str, Any] | None:
@@ -173,7 +179,7 @@ def check_run_dir(run_dir: Path, cfg: Mapping[str, Any], *, device: str | None =
     study_file = run_dir / STUDY_FILE
     if study_file.exists():  # a run made before run identities were recorded: its studies name it
         experiments = _study_experiments(study_file)
-        name = cfg["experiment"]["name"]
+        name = run_name(cfg)
         if experiments and name not in experiments:
             raise ResumeError(f"{run_dir} was made by experiment {experiments[0]} (its studies in {STUDY_FILE}), "
                               f"not {name}; resume with experiment={experiments[0]} or choose another hydra.run.dir")

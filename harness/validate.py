@@ -1,38 +1,89 @@
 """Check a run's configuration before anything is measured: types, ranges, unknown keys, output folder.
 
-`validate_config` is called at the top of `harness.run.execute` (and, on the composed config, by
-`python -m harness` before Hydra creates the run directory); `check_output_dir` makes sure a run
-directory can be written. Both raise `ConfigError` with every problem found, on one line.
-
-Hydra itself rejects an override of a key the config does not have (`search.foo=1`: "not in
-struct"); what reaches us is what Hydra cannot know is wrong: a value of the wrong type or range
-(`search.n_trials=abc`, `timing.budget_s=0`), and keys added with `+` (`+search.foo=1`) or by a config
-file of one's own. The known keys of each section are those of the shipped config files, so a key
-added there is known here without a change to this module.
+What a key must be is read from the dataclasses of harness.config_schema: its type, and the range or
+choices in its field metadata. `compose_checked` composes the config as `python -m harness` does and
+turns what Hydra and OmegaConf reject while composing (`search.n_trials=abc` against an int field, a
+key the schema lacks) into the same messages as `problems`, which checks the composed config (and
+`harness.run.execute` checks each config it runs). Every problem found is raised at once as
+`ConfigError`, on one line; an unknown key comes with the key most likely meant.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import tempfile
+import types
+import typing
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from omegaconf import OmegaConf
+from omegaconf import MISSING, OmegaConf
+
+from harness.config_schema import AUTO, BOUNDS, CHOICES, OPEN_SECTIONS, Bounds, HarnessConfig
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-SAMPLERS = ("auto", "bruteforce", "tpe", "random")
 
 
 class ConfigError(ValueError):
     """A configuration that cannot run; the message (one line) says what to change."""
 
 
-# A check returns None when the value is fine, else what it must be.
-Check = Callable[[Any], "str | None"]
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One key of the schema: its type (Optional taken off), whether null is allowed, its range or choices."""
 
+    kind: Any
+    nullable: bool
+    bounds: Bounds | None = None
+    choices: tuple[str, ...] = ()
+
+
+def _is_union(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)  # Optional[int] and `int | None`
+
+
+def _setting(hint: Any, metadata: Mapping[str, Any]) -> Setting:
+    members = typing.get_args(hint) if _is_union(hint) else ()
+    nullable = type(None) in members
+    if nullable:
+        rest = tuple(m for m in members if m is not type(None))
+        hint = rest[0] if len(rest) == 1 else typing.Union[rest]
+    return Setting(hint, nullable, metadata.get(BOUNDS), tuple(metadata.get(CHOICES, ())))
+
+
+@lru_cache(maxsize=None)
+def settings_of(schema: type) -> dict[str, Setting]:
+    """Each field of a schema dataclass by name."""
+    hints = typing.get_type_hints(schema)
+    return {f.name: _setting(hints[f.name], f.metadata) for f in dataclasses.fields(schema)}
+
+
+@lru_cache(maxsize=1)
+def sections() -> dict[str, type]:
+    """Each dataclass of the schema by its dotted place in the config ("" for the top level)."""
+    found: dict[str, type] = {}
+
+    def walk(prefix: str, schema: type) -> None:
+        found[prefix] = schema
+        for name, setting in settings_of(schema).items():
+            if dataclasses.is_dataclass(setting.kind):
+                walk(f"{prefix}.{name}" if prefix else name, setting.kind)
+
+    walk("", HarnessConfig)
+    return found
+
+
+def setting_at(dotted: str) -> Setting | None:
+    """The schema's setting of a dotted key; None outside the typed sections (profiler, rules, extras)."""
+    section, _, key = dotted.rpartition(".")
+    schema = sections().get(section)
+    return settings_of(schema).get(key) if schema is not None else None
+
+
+# -- what a value must be -----------------------------------------------------------------------------
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -42,154 +93,94 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # not NaN
 
 
-def integer(minimum: int | None = None, nullable: bool = False) -> Check:
-    def check(value: Any) -> str | None:
-        if value is None and nullable:
-            return None
-        if not _is_int(value) or (minimum is not None and value < minimum):
-            what = "an integer" if minimum is None else f"an integer >= {minimum}"
-            return what + (" or null" if nullable else "")
+def _range_text(bounds: Bounds | None) -> str:
+    if bounds is None or (bounds.low is None and bounds.high is None):
+        return ""
+    if bounds.low is not None and bounds.high is not None:
+        return (f" in {'(' if bounds.low_open else '['}{bounds.low:g}, {bounds.high:g}"
+                f"{')' if bounds.high_open else ']'}")
+    if bounds.low is not None:
+        return f" {'>' if bounds.low_open else '>='} {bounds.low:g}"
+    return f" {'<' if bounds.high_open else '<='} {bounds.high:g}"
+
+
+def _kind_text(kind: Any, bounds: Bounds | None) -> str:
+    if _is_union(kind):
+        return ", ".join(_kind_text(member, None) for member in typing.get_args(kind))
+    if kind is bool:
+        return "true or false"
+    if kind is int:
+        return "an integer" + _range_text(bounds)
+    if kind is float:
+        return "a number" + _range_text(bounds)
+    if kind is str:
+        return "a non-empty string"
+    return "a mapping"  # a dataclass or Dict[str, Any]
+
+
+def requirement(setting: Setting) -> str:
+    """What a value of `setting` must be, in words: "an integer >= 1", "one of ...", "... or null"."""
+    text = "one of " + ", ".join(setting.choices) if setting.choices else _kind_text(setting.kind, setting.bounds)
+    return text + (" or null" if setting.nullable else "")
+
+
+def _kind_admits(kind: Any, value: Any, bounds: Bounds | None) -> bool:
+    if _is_union(kind):
+        return any(_kind_admits(member, value, None) for member in typing.get_args(kind))
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return _is_int(value) and (bounds is None or bounds.admits(value))
+    if kind is float:
+        return _is_number(value) and (bounds is None or bounds.admits(value))
+    if kind is str:
+        return isinstance(value, str) and bool(value)
+    if kind is Any:
+        return True
+    return isinstance(value, Mapping)
+
+
+def admits(setting: Setting, value: Any) -> bool:
+    if value is None:
+        return setting.nullable or setting.kind is Any
+    if setting.choices:
+        return value in setting.choices
+    return _kind_admits(setting.kind, value, setting.bounds)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # as typed: `timing.budget_s=0` is stored as 0.0
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def value_problem(dotted: str, value: Any) -> str | None:
+    """`key=value: must be ...` when the schema's `dotted` key does not admit `value`; None when it does."""
+    setting = setting_at(dotted)
+    if setting is None:
         return None
-    return check
+    if value == MISSING:  # "???": a required key no config file gave
+        return f"{dotted}: missing; give {requirement(setting)}"
+    return None if admits(setting, value) else f"{dotted}={_show(value)}: must be {requirement(setting)}"
 
 
-def number(low: float | None = None, high: float | None = None, low_open: bool = False,
-           high_open: bool = False, nullable: bool = False) -> Check:
-    def check(value: Any) -> str | None:
-        if value is None and nullable:
-            return None
-        bad = not _is_number(value)
-        if not bad and low is not None:
-            bad = value <= low if low_open else value < low
-        if not bad and high is not None:
-            bad = value >= high if high_open else value > high
-        if not bad:
-            return None
-        if low is not None and high is not None:
-            what = f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-        elif low is not None:
-            what = f"a number {'>' if low_open else '>='} {low:g}"
-        else:
-            what = "a number"
-        return what + (" or null" if nullable else "")
-    return check
+# -- unknown keys ---------------------------------------------------------------------------------------
 
-
-def boolean(value: Any) -> str | None:
-    return None if isinstance(value, bool) else "true or false"
-
-
-def one_of(*choices: str) -> Check:
-    def check(value: Any) -> str | None:
-        return None if value in choices else "one of " + ", ".join(choices)
-    return check
-
-
-def text(nullable: bool = False) -> Check:
-    def check(value: Any) -> str | None:
-        if value is None and nullable:
-            return None
-        return None if isinstance(value, str) and value else "a non-empty string" + (" or null" if nullable else "")
-    return check
-
-
-def mapping(value: Any) -> str | None:
-    return None if isinstance(value, Mapping) else "a mapping"
-
-
-# What the code needs of each value it reads. Keys of the shipped configs that are not listed here
-# (another module's settings) are only checked for being known.
-SCHEMA: dict[str, dict[str, Check]] = {
-    "experiment": {
-        "name": text(),
-        "module": text(nullable=True),
-        "correctness": mapping,
-        "space": lambda v: None if v is None or isinstance(v, Mapping) else "a mapping of variants or null",
-        "default_cards": lambda v: None if v is None or isinstance(v, (list, tuple, Mapping))
-        else "a list of card ids, a rule such as {costliest: 3, resolution: smallest_on_cpu}, or null",
-    },
-    # harness.correctness.Rule: a variant's bound is a factor times the baseline's error or the rounding of
-    # the dtype it lowers to; 0 or less would reject every variant, a baseline-exact one too.
-    "experiment.correctness": {"same_factor": number(0, low_open=True), "lowered_factor": number(0, low_open=True)},
-    "search": {
-        "sampler": one_of(*SAMPLERS),
-        "exhaustive_max": integer(1),
-        "n_trials": integer(1),
-        "timeout": number(0, low_open=True, nullable=True),
-        "storage": text(nullable=True),
-        "resume": boolean,
-        "seed": integer(0, nullable=True),
-        "heartbeat_interval_s": integer(1, nullable=True),
-        "grace_period_s": integer(1, nullable=True),
-        "max_retry": integer(0, nullable=True),
-        "trial_deadline_s": number(0, low_open=True, nullable=True),
-        "worker_memory_limit_gb": number(0, low_open=True, nullable=True),
-        "worker": lambda v: None if v is None or isinstance(v, (int, str)) and not isinstance(v, bool)
-        else "an integer, a string or null",
-    },
-    "timing": {
-        "warmup": integer(0, nullable=True),
-        "min_repeats": integer(1),
-        "budget_s": number(0, low_open=True),
-        "drift_budget_s": number(0, low_open=True),
-        "confirm_rounds": integer(0),
-        "cuda_graph": boolean,
-        "same_band": mapping,
-        "cpu_threads": integer(1, nullable=True),
-    },
-    "auto": {"plan_only": boolean},
-    "timing.same_band": {"cpu": number(0, 1, low_open=True, high_open=True),
-                         "cuda": number(0, 1, low_open=True, high_open=True)},
-    "workload": {
-        "scale": number(0, 1, low_open=True, nullable=True),
-        "cpu_scale": number(0, 1, low_open=True),
-        "seed": integer(0),
-        "attention": mapping,
-        "cast": mapping,
-    },
-}
-# Sections whose keys must all be known (the shipped configs' keys, plus SCHEMA's).
-CLOSED = ("auto", "experiment", "experiment.correctness", "search", "timing", "timing.same_band", "workload", "workload.attention",
-          "workload.cast", "inputs", "profiler")
-
-
-def _section(cfg: Mapping[str, Any], dotted: str) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping):
-            return None
-        node = node.get(part)
-    return node
+def _load(path: Path) -> Any:
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
 
 
 @lru_cache(maxsize=4)
 def known_keys(conf_dir: Path = CONF_DIR) -> dict[str, frozenset[str]]:
-    """Each closed section's keys (and the top level's, under ""), as the shipped config files have them.
-
-    All options of a group count together: a key of any conf/experiment/*.yaml is a known experiment key.
-    """
-    found: dict[str, set[str]] = {name: set(SCHEMA.get(name, {})) for name in CLOSED}
-    found[""] = {"experiment", "profiler", "search", "rules"}  # the config groups
-
-    def collect(node: Any, top_level: bool) -> None:
-        for name in CLOSED:
-            sub = _section(node, name)
-            if isinstance(sub, Mapping):
-                found[name].update(str(k) for k in sub)
-        if top_level and isinstance(node, Mapping):
-            found[""].update(str(k) for k in node if k != "defaults")
-
-    def load(path: Path) -> Any:
-        return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-
-    if (conf_dir / "config.yaml").exists():
-        collect(load(conf_dir / "config.yaml"), top_level=True)
+    """The keys each checked section may hold (the top level's under ""): the schema's fields; in the open
+    sections also the keys a shipped experiment file declares there; the profiler's, its files' keys."""
+    found = {name: set(settings_of(schema)) for name, schema in sections().items()}
     for path in sorted((conf_dir / "experiment").glob("*.yaml")):
-        collect(load(path), top_level=True)  # `# @package _global_`: the file holds `experiment: {...}`
-    for path in sorted((conf_dir / "search").glob("*.yaml")):
-        collect({"search": load(path)}, top_level=False)
-    for path in sorted((conf_dir / "profiler").glob("*.yaml")):
-        collect({"profiler": load(path)}, top_level=False)
+        declared = _load(path) or {}  # `# @package _global_`: the file holds `experiment: {...}`
+        for name in OPEN_SECTIONS:
+            if isinstance(declared.get(name), Mapping):
+                found[name].update(str(k) for k in declared[name])
+    found["profiler"] = {str(k) for path in sorted((conf_dir / "profiler").glob("*.yaml")) for k in _load(path) or {}}
     return {name: frozenset(keys) for name, keys in found.items()}
 
 
@@ -238,38 +229,32 @@ def unknown_key_message(dotted: str, conf_dir: Path = CONF_DIR) -> str:
     return f"unknown key {dotted}" + (f" ({' '.join(hints)})" if hints else "")
 
 
+# -- the whole config ---------------------------------------------------------------------------------
+
+def _section(cfg: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split(".") if dotted else ():
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node
+
+
 def problems(cfg: Mapping[str, Any], conf_dir: Path = CONF_DIR) -> list[str]:
     """Every problem with `cfg`, each as `key=value: must be ...` or `unknown key ...`."""
     found: list[str] = []
     known = known_keys(conf_dir)
-    for key in sorted(str(k) for k in cfg if str(k) not in known[""] and str(k) != "hydra"):
-        found.append(unknown_key_message(key, conf_dir))
-    for name in CLOSED:
-        node = _section(cfg, name)
-        if node is None:
-            if name == "experiment.correctness":
-                found.append(f"{name}: missing; give {{same_factor: 4, lowered_factor: 4}} (see harness.correctness)")
-            elif name in SCHEMA:
-                found.append(f"{name}: missing section")
-            continue
-        if not isinstance(node, Mapping):
-            found.append(f"{name}={node!r}: must be a mapping")
-            continue
-        unknown = sorted(str(k) for k in node if str(k) not in known[name])
-        for key in unknown:
-            found.append(unknown_key_message(f"{name}.{key}", conf_dir))
-    for name, checks in SCHEMA.items():
+    for name in known:
         node = _section(cfg, name)
         if not isinstance(node, Mapping):
-            continue
-        for key, check in checks.items():
-            if key not in node:
-                if name == "experiment.correctness":
-                    found.append(f"{name}.{key}: missing; give a number > 0")
-                continue
-            why = check(node[key])
-            if why:
-                found.append(f"{name}.{key}={_show(node[key])}: must be {why}")
+            continue  # absent, null where allowed (experiment=auto), or a wrong type named by its parent
+        prefix = f"{name}." if name else ""
+        for key in sorted(str(k) for k in node if str(k) not in known[name] and not (name == "" and k == "hydra")):
+            found.append(unknown_key_message(prefix + key, conf_dir))
+        for key in settings_of(sections()[name]) if name in sections() else ():
+            problem = value_problem(prefix + key, node[key]) if key in node else None
+            if problem:
+                found.append(problem)
     search = _section(cfg, "search")
     if isinstance(search, Mapping):
         interval, grace = search.get("heartbeat_interval_s"), search.get("grace_period_s")
@@ -278,16 +263,111 @@ def problems(cfg: Mapping[str, Any], conf_dir: Path = CONF_DIR) -> list[str]:
     return found
 
 
-def _show(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else str(value)
-
-
 def validate_config(cfg: Mapping[str, Any], conf_dir: Path = CONF_DIR) -> None:
     """Raise ConfigError listing every problem of `cfg` (one line), or return."""
     found = problems(cfg, conf_dir)
     if found:
         raise ConfigError("; ".join(found))
 
+
+# -- the config `python -m harness` composes ----------------------------------------------------------
+
+def hydra_error_line(exc: BaseException) -> str:
+    """A Hydra/OmegaConf error message on one line (without the config search path).
+
+    Hydra's own "Error merging override ..." / "Error loading ..." lose their leading "Error": the line
+    already starts with `error: `, once, in lower case, like every error of the harness.
+    """
+    parts: list[str] = []
+    for line in str(exc).splitlines():
+        if line.startswith(("Config search path", "See https://hydra.cc")):
+            break
+        if line.strip():
+            joiner = ", " if line.startswith("\t") and parts and not parts[-1].endswith(":") else " "
+            parts.append((joiner if parts else "") + line.strip())
+    text = "".join(parts).removeprefix("Error ")
+    cause = exc.__cause__
+    if cause is not None and str(cause).strip():
+        text += f" ({str(cause).strip().splitlines()[0]})"
+    return text
+
+
+def _override_key(override: str) -> str:
+    return override.lstrip("+~").partition("=")[0]
+
+
+def _override_problem(exc: BaseException, overrides: list[str], conf_dir: Path) -> tuple[str, str] | None:
+    """(the problem, the override that caused it) for a composition error one override caused: a value the
+    schema's type rejects, or a key the config lacks; None for any other error."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+    cause = exc.__cause__
+    dotted = str(getattr(cause, "full_key", None) or "")
+    culprit = next((o for o in overrides if dotted == _override_key(o) or dotted.startswith(_override_key(o) + ".")),
+                   None)
+    if culprit is None:
+        return None
+    if isinstance(cause, ValidationError):
+        problem = value_problem(dotted, cause.value)
+        return (problem, culprit) if problem else None
+    if not isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
+        return None
+    # Hydra's "Could not override 'K'" for a key the config lacks. A key that another choice of its group
+    # has (profiler.deadline_s with profiler=auto) may be added with `+`; elsewhere, in a checked section
+    # or near a known key, Hydra's advice to add it would only move the error to `problems`.
+    section, _, leaf = dotted.rpartition(".")
+    known = known_keys(conf_dir)
+    if leaf in known.get(section, ()) and section not in sections():
+        return f"{dotted}: not in the {section} config chosen (add it with +{culprit.lstrip('+~')})", culprit
+    if section in known or closest_key(dotted, conf_dir):
+        return unknown_key_message(dotted, conf_dir), culprit
+    return None
+
+
+def _auto_strays(overrides: list[str]) -> list[str]:
+    """`experiment.*` overrides given with experiment=auto, whose config has no experiment to set."""
+    if not any(_override_key(o) == "experiment" and o.partition("=")[2] == AUTO for o in overrides):
+        return []
+    return [o for o in overrides if _override_key(o).startswith("experiment.")]
+
+
+def compose_checked(overrides: list[str], conf_dir: Path = CONF_DIR) -> tuple[dict[str, Any], str]:
+    """The config `python -m harness <overrides>` runs with (the hydra node dropped) and its run directory.
+
+    Raises ConfigError naming every problem: an override the schema rejects while composing is named
+    as `problems` would name it and left out, so that the rest is composed and checked too.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    strays = _auto_strays(overrides)
+    found = [f"{_override_key(o)}: experiment=auto has no experiment settings: each experiment it picks runs with "
+             "its own (auto's card rule is auto.default_cards, or pass cards=)" for o in strays]
+    remaining = [o for o in overrides if o not in strays]
+    with initialize_config_dir(version_base=None, config_dir=str(conf_dir), job_name="harness"):
+        while True:
+            try:
+                cfg = compose(config_name="config", overrides=remaining, return_hydra_config=True)
+                run_dir = str(cfg.hydra.run.dir)
+                with open_dict(cfg):
+                    del cfg["hydra"]
+                config = OmegaConf.to_container(cfg, resolve=True)
+                break
+            except (HydraException, OmegaConfBaseException) as exc:
+                known = _override_problem(exc, remaining, conf_dir)
+                if known is None:
+                    raise ConfigError("; ".join([*found, hydra_error_line(exc)])) from None
+                found.append(known[0])
+                remaining.remove(known[1])
+    found += problems(config, conf_dir)
+    if found:
+        raise ConfigError("; ".join(found))
+    return config, run_dir
+
+
+# -- the output folder ------------------------------------------------------------------------------
 
 def check_output_dir(path: str | os.PathLike[str], what: str = "output directory") -> Path:
     """Create `path` if needed and prove it writable (a probe file, removed); ConfigError if not."""

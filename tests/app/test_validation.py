@@ -1,39 +1,44 @@
 """Config validation before anything is measured: one `error:` line, exit 2, no trial written.
 
-Most cases call harness.validate / harness.search directly on a config composed the way Hydra
-composes it (no torch import, no subprocess); a few go through `python -m harness` to check what
-the user sees: one line on stderr, exit status 2, and no trials/ folder.
+Most cases compose the config the way `python -m harness` does (harness.validate.compose_checked: no
+torch work, no subprocess), where a value the schema's type rejects fails as Hydra composes it; a few
+go through `python -m harness` to check what the user sees: one line on stderr, exit status 2, and no
+trials/ folder.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import optuna
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf, open_dict
 
+from harness.config_schema import bounded, one_of
 from harness.search import SearchError, make_storage
-from harness.validate import CONF_DIR, ConfigError, check_creatable, check_output_dir, problems, validate_config
+from harness.validate import (CONF_DIR, ConfigError, check_creatable, check_output_dir, compose_checked, requirement,
+                              settings_of, validate_config, value_problem)
 
 CARD = "vae-480-conv3d-16to16k111t3-9507c7"
 
 
-def composed(*overrides: str) -> dict:
-    """The config `python -m harness <overrides>` would run with (the hydra node dropped)."""
-    with initialize_config_dir(version_base=None, config_dir=str(CONF_DIR), job_name="test"):
-        cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
-        with open_dict(cfg):
-            del cfg["hydra"]
-        return OmegaConf.to_container(cfg, resolve=True)
-
-
 @pytest.mark.parametrize("experiment", sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml")))
 def test_every_shipped_experiment_config_is_valid(experiment):
-    assert problems(composed(f"experiment={experiment}")) == []
+    config, run_dir = compose_checked([f"experiment={experiment}"])
+    validate_config(config)  # what harness.run.execute checks again
+    assert Path(run_dir).parent == Path("outputs") / experiment
+
+
+def test_auto_is_no_experiment_and_keeps_its_own_settings():
+    config, run_dir = compose_checked(["experiment=auto", "auto.plan_only=true"])
+    assert config["experiment"] is None  # no module, space or correctness it would not use
+    assert config["auto"] == {"plan_only": True,
+                              "default_cards": {"costliest": 1, "per": "op_kind", "resolution": "smallest_on_cpu"}}
+    assert Path(run_dir).parent == Path("outputs/auto")
+    assert compose_checked(["experiment=vae_bf16"])[0]["auto"]["default_cards"] is None
 
 
 @pytest.mark.parametrize(
@@ -50,41 +55,76 @@ def test_every_shipped_experiment_config_is_valid(experiment):
         (["search.heartbeat_interval_s=0"], "search.heartbeat_interval_s=0"),
         (["search.heartbeat_interval_s=60", "search.grace_period_s=30"], "search.grace_period_s=30: must be at least"),
         (["search.max_retry=-1"], "search.max_retry=-1"),
+        (["search.exhaustive_max=0"], "search.exhaustive_max=0: must be an integer >= 1"),
+        (["search.worker=1.5"], "search.worker=1.5: must be an integer, a non-empty string or null"),
         (["experiment.correctness.same_factor=-1"], "experiment.correctness.same_factor=-1: must be a number > 0"),
         (["experiment.correctness.lowered_factor=tight"], "experiment.correctness.lowered_factor='tight'"),
+        (["experiment.space=3"], "experiment.space=3: must be a mapping or null"),
         (["workload.scale=0"], "workload.scale=0: must be a number in (0, 1] or null"),
         (["workload.scale=2"], "workload.scale=2: must be a number in (0, 1]"),
         (["workload.cpu_scale=1.5"], "workload.cpu_scale=1.5: must be a number in (0, 1]"),
         (["workload.seed=-3"], "workload.seed=-3"),
+        (["workload.cast.frames=nine"], "workload.cast.frames='nine': must be an integer or null"),
         (["timing.warmup=-1"], "timing.warmup=-1: must be an integer >= 0"),
         (["timing.min_repeats=0"], "timing.min_repeats=0: must be an integer >= 1"),
         (["timing.budget_s=0"], "timing.budget_s=0: must be a number > 0"),
         (["timing.budget_s=fast"], "timing.budget_s='fast': must be a number > 0"),
+        (["timing.cpu_threads=0"], "timing.cpu_threads=0: must be an integer >= 1 or null"),
         (["timing.same_band.cpu=1"], "timing.same_band.cpu=1: must be a number in (0, 1)"),
         (["timing.same_band.cuda=-0.1"], "timing.same_band.cuda=-0.1: must be a number in (0, 1)"),
         (["timing.confirm_rounds=-1"], "timing.confirm_rounds=-1"),
-        (["+search.n_trails=4"], "unknown key search.n_trails"),
-        (["+timing.budget=1"], "unknown key timing.budget "),
-        (["+workload.scael=0.5"], "unknown key workload.scael"),
+        (["auto.plan_only=maybe"], "auto.plan_only='maybe': must be true or false"),
+        (["+search.n_trails=4"], "unknown key search.n_trails (did you mean search.n_trials?"),
+        (["search.n_trails=4"], "unknown key search.n_trails (did you mean search.n_trials?"),
+        (["+timing.budget=1"], "unknown key timing.budget (did you mean timing.budget_s?"),
+        (["+workload.scael=0.5"], "unknown key workload.scael (did you mean workload.scale?"),
         (["+experiment.tolerence=1"], "unknown key experiment.tolerence"),
-        (["+workload.attention.head=4"], "unknown key workload.attention.head"),
-        (["+n_trials=4"], "unknown key n_trials"),
+        (["experiment.predict_frm=x"], "unknown key experiment.predict_frm (did you mean experiment.predict_from?"),
+        (["+workload.attention.head=4"], "unknown key workload.attention.head (did you mean workload.attention.heads?"),
+        (["+n_trials=4"], "unknown key n_trials (did you mean search.n_trials?"),
+        (["profiler.deadline_s=60"], "profiler.deadline_s: not in the profiler config chosen (add it with "
+                                     "+profiler.deadline_s=60)"),
+        (["experiment=auto", "experiment.default_cards={costliest: 2}"],
+         "experiment.default_cards: experiment=auto has no experiment settings"),
     ],
 )
 def test_bad_values_and_unknown_keys_are_named(overrides, message):
     with pytest.raises(ConfigError) as info:
-        validate_config(composed(*overrides))
+        compose_checked(overrides)
     text = str(info.value)
     assert message in text
-    assert "\n" not in text
+    assert "\n" not in text and "; " not in text, text  # that problem alone: nothing else is flagged
 
 
 def test_all_problems_on_one_line():
     with pytest.raises(ConfigError) as info:
-        validate_config(composed("timing.budget_s=0", "workload.cpu_scale=2", "search.n_trials=abc"))
+        compose_checked(["timing.budget_s=0", "workload.cpu_scale=2", "search.n_trials=abc"])
     text = str(info.value)
     assert "\n" not in text and text.count("; ") == 2
     assert "timing.budget_s=0" in text and "workload.cpu_scale=2" in text and "search.n_trials='abc'" in text
+
+
+@dataclass
+class Planted:
+    ratio: float = bounded(0.5, low=2, high=5, high_open=True)
+    count: Optional[int] = bounded(None, low=0, low_open=True)
+    mode: str = one_of("a", "a", "b")
+
+
+def test_the_requirement_is_read_from_the_field_metadata():
+    planted = settings_of(Planted)
+    assert requirement(planted["ratio"]) == "a number in [2, 5)"
+    assert requirement(planted["count"]) == "an integer > 0 or null"
+    assert requirement(planted["mode"]) == "one of a, b"
+
+
+def test_a_value_is_checked_against_its_field():
+    assert value_problem("search.n_trials", 1) is None
+    assert value_problem("search.n_trials", "???") == "search.n_trials: missing; give an integer >= 1"
+    assert value_problem("timing.same_band.cuda", 0.5) is None
+    assert value_problem("timing.same_band.cuda", 1.0) == "timing.same_band.cuda=1: must be a number in (0, 1)"
+    assert value_problem("workload.cast.dst_dtype", "") == "workload.cast.dst_dtype='': must be a non-empty string"
+    assert value_problem("profiler.name", 3) is None  # not typed: each backend has keys of its own
 
 
 def test_output_dir_checks(tmp_path):
@@ -143,6 +183,8 @@ def _assert_one_error_line(proc: subprocess.CompletedProcess, message: str) -> N
     [
         (["search.n_trials=abc", "timing.same_band.cpu=2"], "search.n_trials='abc': must be an integer >= 1; "
                                                             "timing.same_band.cpu=2"),
+        (["search.n_trials=abc"], "search.n_trials='abc': must be an integer >= 1"),
+        (["experiment=auto", "auto.plan_only=maybe"], "auto.plan_only='maybe': must be true or false"),
         # Hydra's own check, on one line, with the key most likely meant
         (["search.n_trails=4"], "unknown key search.n_trails (did you mean search.n_trials?"),
         (["search.storage=postgresql+psycopg2://u:pw@127.0.0.1:1/db"], "search.storage='postgresql+psycopg2://u:***@"),
