@@ -10,11 +10,12 @@ summary over all cards, with the end-to-end view.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from harness.cards.fields import UNRESOLVED
+from harness.chunks import add_chunk_cards
 from harness.report.html import render_index_html
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, Report, load_report, write_json_atomic, write_text_atomic
@@ -26,6 +27,7 @@ from harness.overview import CardResult, render_end_to_end
 from harness.provenance import report_sha256
 from harness.run import RunError, card_results, execute
 from harness.selection import SelectionError, pick_cards
+from harness.workloads.base import CHUNK_OP_KINDS
 
 NOT_AUTOMATIC = (AUTO, "reprofile")  # reprofile reproduces the baseline; it tests no hypothesis
 
@@ -56,7 +58,10 @@ def plan_auto(cards: list[Card], experiments: Mapping[str, Experiment]) -> AutoP
     plan = AutoPlan()
     for card in cards:
         wanted = card.primary or UNRESOLVED
-        matched = [name for name, e in experiments.items() if e.applies_to(card.op_kind) and wanted in e.classes]
+        # A chunk card composes its op cards' counter-experiments: its experiments are those of its kind.
+        chunk = card.op_kind in CHUNK_OP_KINDS
+        matched = [name for name, e in experiments.items()
+                   if e.applies_to(card.op_kind) and (chunk or wanted in e.classes)]
         if not matched:
             plan.unmatched[card.id] = (f"no experiment claims {card.op_kind} cards of class {card.primary}"
                                        if card.primary else f"no experiment claims unclassified {card.op_kind} cards")
@@ -79,11 +84,15 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, options: l
     except ValueError as exc:
         raise RunError(str(exc)) from None
     report = classify_report(lint_report(load_report(cfg.get("report"))).normalized, rules)
+    with_chunks = add_chunk_cards(replace(report, cards=list(report.cards)))
     selector = cfg.get("cards") or (cfg.get("auto") or {}).get("default_cards")
     if not selector:
         raise RunError("experiment=auto needs cards= (ids or a rule) or auto.default_cards")
     try:
-        cards = pick_cards(report, selector, device=resolve_device(str(cfg.get("device", "auto"))))
+        # Chunk cards (harness.chunks) run when named, by id or by their op kind: a rule over the report's
+        # op cards ("the costliest of each op kind") must not grow a whole decoder per op kind.
+        cards = pick_cards(with_chunks if _names_chunks(selector) else report, selector,
+                           device=resolve_device(str(cfg.get("device", "auto"))))
     except (SelectionError, ValueError) as exc:
         raise RunError(str(exc)) from None
     if not cards:
@@ -91,7 +100,7 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, options: l
     plan = plan_auto(cards, experiments)
     run_dir.mkdir(parents=True, exist_ok=True)
     if (cfg.get("auto") or {}).get("plan_only"):
-        return write_plan(report, experiments, cards, run_dir, report_sha256(cfg.get("report")))
+        return write_plan(with_chunks, experiments, cards, run_dir, report_sha256(cfg.get("report")))
     results: list[CardResult] = []
     sections: list[str] = []
     measured_on = "this machine"
@@ -120,15 +129,27 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, options: l
     return text
 
 
+def _names_chunks(selector: Any) -> bool:
+    """Whether `cards=` may take chunk cards: ids (any of them may be one), or a rule naming a chunk op kind."""
+    if not isinstance(selector, Mapping):
+        return True
+    return str(selector.get("op_kind")) in CHUNK_OP_KINDS or str(selector.get("op")) in CHUNK_OP_KINDS
+
+
 def plan_entries(report: Report, experiments: Mapping[str, Experiment], selected: list[Card]) -> list[dict[str, Any]]:
-    """One entry per card of the report: its class and proposal, the experiments that test it, and
-    whether this run's selection would run them."""
+    """One entry per card of the report (its chunk cards last, with `chunk: true` and the op cards they
+    contain): its class and proposal, the experiments that test it, whether this run's selection runs them."""
     every = plan_auto(report.cards, experiments)
     chosen = {card.id for card in selected}
-    return [{"card": card.id, "class": card.primary, "proposal": card.counter_experiment,
-             "experiments": [name for name, cards in every.by_experiment.items() if card in cards],
-             "selected": card.id in chosen, "reason": every.unmatched.get(card.id)}
-            for card in report.cards]
+    entries = []
+    for card in report.cards:
+        entry = {"card": card.id, "class": card.primary, "proposal": card.counter_experiment,
+                 "experiments": [name for name, cards in every.by_experiment.items() if card in cards],
+                 "selected": card.id in chosen, "reason": every.unmatched.get(card.id)}
+        if card.op_kind in CHUNK_OP_KINDS:
+            entry.update(chunk=True, contains=list(card.extra.get("contains") or []))
+        entries.append(entry)
+    return entries
 
 
 def write_plan(report: Report, experiments: Mapping[str, Experiment], selected: list[Card], run_dir: Path,
@@ -136,14 +157,19 @@ def write_plan(report: Report, experiments: Mapping[str, Experiment], selected: 
     """plan.json and plan.md (`auto.plan_only=true`): what auto would run, for every card; nothing measured."""
     entries = plan_entries(report, experiments, selected)
     write_json_atomic(run_dir / "plan.json", {"report_sha256": sha256, "cards": entries})
-    covered = sum(1 for e in entries if e["experiments"])
+    op_entries = [e for e in entries if not e.get("chunk")]
+    covered = sum(1 for e in op_entries if e["experiments"])
+    chunks = len(entries) - len(op_entries)
     lines = ["# auto plan: the experiments that test each card's proposal", "",
-             f"{covered} of {len(entries)} cards have at least one experiment; {sum(e['selected'] for e in entries)} "
+             f"{covered} of {len(op_entries)} cards have at least one experiment"
+             + (f" (and {chunks} chunk cards, each the op cards of one model part run together: cards=[their id] "
+                "runs them)" if chunks else "") + f"; {sum(e['selected'] for e in entries)} "
              "are selected by this run's `cards=` (run them without `auto.plan_only=true`). Nothing was measured.", "",
              "| card | class | proposal | experiments | selected |", "|---|---|---|---|---|"]
     for e in entries:
         names = ", ".join(e["experiments"]) or f"none: {e['reason']}"
-        lines.append(f"| `{e['card']}` | {e['class'] or 'no class'} | {e['proposal'] or ''} | {names} | "
+        kind = "chunk" if e.get("chunk") else (e["class"] or "no class")
+        lines.append(f"| `{e['card']}` | {kind} | {e['proposal'] or ''} | {names} | "
                      f"{'yes' if e['selected'] else 'no'} |")
     text = "\n".join(lines) + "\n"
     write_text_atomic(run_dir / "plan.md", text)

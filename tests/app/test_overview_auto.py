@@ -187,8 +187,17 @@ def test_plan_only_writes_the_plan_and_measures_nothing(tmp_path):
     proc = _run(tmp_path, "experiment=auto", "auto.plan_only=true")
     assert proc.returncode == 0, proc.stderr[-2000:]
     plan = json.loads((tmp_path / "plan.json").read_text())
-    assert len(plan["cards"]) == 69 and len(plan["report_sha256"]) == 64
+    op_entries = [e for e in plan["cards"] if not e.get("chunk")]
+    assert len(op_entries) == 69 and len(plan["report_sha256"]) == 64
     assert all(e["experiments"] for e in plan["cards"])
     assert "69 of 69 cards have at least one experiment" in (tmp_path / "plan.md").read_text()
+    # The chunk cards come last, one per stage and resolution, each with the op cards it contains and
+    # its own experiment; a rule over op cards (auto's default) selects none of them.
+    chunks = plan["cards"][69:]
+    assert chunks and all(e.get("chunk") for e in chunks)
+    vae = [e for e in chunks if "-chunk-decode-" in e["card"]]
+    assert {e["card"].split("-")[1] for e in vae} == {"480", "704"}
+    assert all(e["experiments"] == ["vae_decode_chunk"] and len(e["contains"]) >= 3 for e in vae)
+    assert not any(e["selected"] for e in chunks)
     assert not (tmp_path / "optuna.db").exists() and not any(p.is_dir() for p in tmp_path.iterdir()
                                                               if p.name != ".hydra")
