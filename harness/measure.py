@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from harness import torch_state
+from harness.cards.measured import IDENTITY_EXTRAS, MeasuredRecord
 from harness.cards.model import Card
 from harness.cards.rules import RuleSet, classify_card
 from harness.correctness import Correctness
@@ -189,9 +190,7 @@ def _card(
 ) -> Card:
     """The source card re-profiled: same identity, new kernels and measurements, same rules."""
     card = copy.deepcopy(source)
-    # Identity, kept: the card's id, where the report got it, and what a chunk card contains (harness.chunks).
-    kept = ("id", "ncu_output", "scheduler_note", "contains", "chunk")
-    card.extra = {k: v for k, v in card.extra.items() if k in kept}
+    card.extra = {k: v for k, v in card.extra.items() if k in IDENTITY_EXTRAS}
     card.extra["id"] = source.id
     card.kernels = copy.deepcopy(kernels)
     card.summed_kernel_us = sum(k.metric("dur_us") or 0.0 for k in card.kernels) if card.kernels else None
@@ -202,24 +201,22 @@ def _card(
         # unscaled, so it is a complete input for the next round.
         card.shape_parameters = dict(workload.original_shape)
         card.group = f"{card.stage}:{card.op}:{card.shape_parameters}"
-    card.extra.update(
-        {
-            "harness": label,
-            "timing": timing.to_dict() if timing else None,
-            "correctness": correctness.as_dict(),
-            "memory": {"peak_bytes": memory, "method": memory_method},
-            "workload": workload.describe(),
-            "environment": environment,
-            "metrics_source": profile.metrics_source if profile else None,
-            "profiler": profile.backend if profile else None,
-            "peaks": profile.peaks if profile else None,
-            "profiler_settings": profile.settings if profile else None,
-            "profiler_notes": profile.notes if profile else [],
-            "variant": variant_facts(prepared, workload, timing),
-            # The process-global settings it ran under (pinned per request, plus what the variant set).
-            "torch_state": torch_state.snapshot(),
-        }
-    )
+    MeasuredRecord(
+        harness=label,
+        timing=timing.to_dict() if timing else None,
+        correctness=correctness.as_dict(),
+        memory={"peak_bytes": memory, "method": memory_method},
+        workload=workload.describe(),
+        environment=environment,
+        metrics_source=profile.metrics_source if profile else None,
+        profiler=profile.backend if profile else None,
+        peaks=profile.peaks if profile else None,
+        profiler_settings=profile.settings if profile else None,
+        profiler_notes=profile.notes if profile else [],
+        variant=variant_facts(prepared, workload, timing),
+        # The process-global settings it ran under (pinned per request, plus what the variant set).
+        torch_state=torch_state.snapshot(),
+    ).write(card)
     card.keys = ()
     for kernel in card.kernels:
         kernel.keys = ()

@@ -21,6 +21,7 @@ from harness.cards.diff import (
 from harness.report.html import write_run_html
 from harness.cards.labels import transition
 from harness.cards.measures import TIMING_BASIS
+from harness.cards.measured import experiment_evidence, facts_not_in_tables
 from harness.cards.model import Card, Report, save_report, write_json_atomic, write_text_atomic
 from harness.cards.rules import RuleSet, class_counts, rules_text
 from harness.chunks import attach_op_breakdowns
@@ -105,15 +106,6 @@ def _variant_label(o: CardOutcome) -> str | None:
     return f"{o.tried_variant}({params})" if params else o.tried_variant
 
 
-# Card extras every measurement writes; anything else was added by the experiment's annotate hook.
-_MEASURED_EXTRAS = {"id", "ncu_output", "scheduler_note", "harness", "timing", "search_timing", "correctness",
-                    "memory", "workload", "environment", "metrics_source", "profiler", "peaks",
-                    "profiler_settings", "profiler_notes", "report_card", "baseline_drift", "variant",
-                    "confirmation", "warm_up", "confirm_error", "torch_state", "applied", "contains", "chunk"}
-# Variant facts shown elsewhere: the time (the table's, from the confirm rounds), the recipe (recipe.md).
-_FACTS_SHOWN_ELSEWHERE = {"nominal_flops_per_call", "per_call_us", "recipe", "carries"}
-
-
 def _facts_text(value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={_facts_text(v)}" for k, v in value.items() if v is not None)
@@ -123,11 +115,9 @@ def _facts_text(value: Any) -> str:
 
 
 def _evidence_lines(label: str, card: Card) -> list[str]:
-    variant = {k: v for k, v in (card.extra.get("variant") or {}).items() if k not in _FACTS_SHOWN_ELSEWHERE}
+    variant = facts_not_in_tables(card)
     lines = [f"- {label} variant facts: {_facts_text(variant)}"] if variant else []
-    for key, value in card.extra.items():
-        if key not in _MEASURED_EXTRAS:
-            lines.append(f"- {label} {key}: {_facts_text(value)}")
+    lines += [f"- {label} {key}: {_facts_text(value)}" for key, value in experiment_evidence(card).items()]
     return lines
 
 

@@ -36,6 +36,7 @@ from harness.cards.measures import (
     card_time_us,
     time_basis,
 )
+from harness.cards.measured import experiment_evidence, facts_not_in_tables
 from harness.cards.model import Card, Report, write_text_atomic
 from harness.cards.time_verdict import VERDICT_RULE_TEXT
 from harness.report.html_parts import CSP, CSS, Num, anchor, esc, html_table
@@ -44,15 +45,6 @@ from harness.report.plots import MAX_KERNEL_ROWS, kernel_bars_svg, roofline_svg
 from harness.report.roofline import Roofs, device_roofs, roofline_points
 from harness.report.run_files import RunFiles, read_run_files
 from harness.report.studies import StudyView, load_studies, missing_reason, study_block
-
-# Keys the page shows in their own place (or that are bulky); any other key in card.extra is an
-# experiment's own evidence and is shown verbatim.
-_SHOWN_EXTRA = frozenset({
-    "id", "harness", "timing", "search_timing", "correctness", "memory", "workload", "environment",
-    "metrics_source", "profiler", "peaks", "profiler_settings", "profiler_notes", "report_card",
-    "baseline_drift", "ncu_output",
-})
-
 
 @dataclass
 class CardView:
@@ -197,11 +189,10 @@ def _class_side(title: str, card: Card) -> str:
         parts.append(f"<p>metrics source: <code>{esc(source)}</code></p>")
     for note in card.extra.get("profiler_notes") or []:
         parts.append(f'<p class="note">{esc(note)}</p>')
-    own = {k: v for k, v in card.extra.items() if k not in _SHOWN_EXTRA}
-    if isinstance(own.get("variant"), dict):
-        # per_call_us is the search's timing, taken before the confirm rounds re-timed the card: the card's
-        # time is the one in the section's header, and a second value under the same name would contradict it.
-        own["variant"] = {k: v for k, v in own["variant"].items() if k != "per_call_us"}
+    # The variant's facts but its search-time per_call_us (the header's time, from the confirm rounds, is
+    # the card's), and what the experiment's annotate hook wrote.
+    facts = facts_not_in_tables(card)
+    own = {**({"variant": facts} if facts else {}), **experiment_evidence(card)}
     if own:
         parts.append(f"<details><summary>experiment evidence ({esc(', '.join(own))})</summary>"
                      f"<pre>{esc(json.dumps(own, indent=1, default=str))}</pre></details>")

@@ -1,0 +1,64 @@
+"""What the harness writes on a card it measured (`card.extra`), typed, and what is the experiment's own.
+
+`MeasuredRecord` is what every measurement writes (harness.measure is its one writer); the run adds its
+search, drift, confirmation and rounds keys (`RUN_EXTRAS`), and the card keeps its identity from the
+report (`IDENTITY_EXTRAS`). Any other key was written by the experiment's annotate hook: its own evidence,
+which summary.md and report.html show as such (`experiment_evidence`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from harness.cards.model import Card
+
+# Kept from the report card: its id, where the report got it, what a chunk card contains (harness.chunks).
+IDENTITY_EXTRAS = frozenset({"id", "ncu_output", "scheduler_note", "contains", "chunk"})
+# Added by the run around the measurement (harness.card_search, harness.rounds).
+RUN_EXTRAS = frozenset({"search_timing", "report_card", "baseline_drift", "confirmation", "warm_up",
+                        "confirm_error", "applied", "annotate_error"})
+# Variant facts shown elsewhere: the time (the tables', from the confirm rounds), the recipe (recipe.md).
+FACTS_SHOWN_ELSEWHERE = frozenset({"nominal_flops_per_call", "per_call_us", "recipe", "carries"})
+
+
+@dataclass(frozen=True)
+class MeasuredRecord:
+    harness: dict[str, Any]  # the label: experiment, variant, params, role, hypothesis, check
+    timing: dict[str, Any] | None  # harness.profile.timing.TimingResult; None: wrong output, not timed
+    correctness: dict[str, Any]  # harness.correctness.Correctness against the float64 reference
+    memory: dict[str, Any]  # {peak_bytes, method}
+    workload: dict[str, Any]  # harness.workloads.base.Workload.describe()
+    environment: dict[str, Any]  # harness.environment: machine, versions
+    metrics_source: str | None  # per card; each kernel says its own too
+    profiler: str | None
+    peaks: dict[str, Any] | None  # what the profiler judged against (harness.cards.peaks)
+    profiler_settings: dict[str, Any] | None
+    profiler_notes: list[str]
+    variant: dict[str, Any]  # the variant's facts (harness.measure.variant_facts)
+    torch_state: dict[str, Any]  # the process-global torch settings it ran under (harness.torch_state)
+
+    def write(self, card: Card) -> None:
+        card.extra.update(asdict(self))
+
+    @classmethod
+    def read(cls, card: Card) -> "MeasuredRecord | None":
+        """The record of a measured card; None for a report card."""
+        if not isinstance(card.extra.get("harness"), dict):
+            return None
+        return cls(**{f.name: card.extra.get(f.name) for f in fields(cls)})
+
+
+MEASURED_EXTRAS = frozenset(f.name for f in fields(MeasuredRecord))
+HARNESS_EXTRAS = IDENTITY_EXTRAS | RUN_EXTRAS | MEASURED_EXTRAS
+
+
+def facts_not_in_tables(card: Card) -> dict[str, Any]:
+    """The variant's facts that no table shows: its configuration and what it measured of itself."""
+    facts = card.extra.get("variant")
+    return {k: v for k, v in facts.items() if k not in FACTS_SHOWN_ELSEWHERE} if isinstance(facts, dict) else {}
+
+
+def experiment_evidence(card: Card) -> dict[str, Any]:
+    """What the experiment's annotate hook wrote on the card (every key the harness does not write)."""
+    return {k: v for k, v in card.extra.items() if k not in HARNESS_EXTRAS}
