@@ -23,6 +23,9 @@ of its top-level convolution's shape: a conv's own copies count toward its card,
 `op_breakdown` puts the two sides of a diff row side by side per contained card, plus `other`
 (everything no op card stands for: norms, SiLU, upsampling, the 2-D convs, attention, copies), so the
 entries add up to each side's profiled total.
+
+The DiT block's chunk cards (op kind `dit_block`) are derived and their kernels placed by
+harness.dit_chunks; `add_chunk_cards`, `attribute`, `op_breakdown` and the prediction serve both kinds.
 """
 
 from __future__ import annotations
@@ -36,8 +39,12 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from harness.cards.model import Card, Kernel, Report
+from harness.dit_chunks import KernelFinder, dit_chunk_cards
+from harness.dit_chunks import kernel_finder as dit_kernel_finder
 from harness.workloads.base import CHUNK_OP_KINDS, parse_resolution
-from harness.workloads.vae_decode import KIND as VAE_DECODE, WAN21, Layer, decoder_layers, plan
+from harness.workloads.dit_block import KIND as DIT_BLOCK
+from harness.workloads.vae_decode import KIND as VAE_DECODE
+from harness.workloads.vae_decode import WAN21, Layer, decoder_layers, plan
 
 OTHER = "other"  # op_breakdown's entry for the ops no contained card stands for
 PRIMED_FRAMES = 2  # frames decoded before the chunk: the cache's steady state (harness.workloads.vae_decode)
@@ -154,7 +161,7 @@ def vae_chunk_cards(report: Report) -> list[Card]:
 def add_chunk_cards(report: Report) -> Report:
     """The report with its chunk cards appended (for `cards=[vae-480-chunk-decode-...]`); returns the same object."""
     known = {c.id for c in report.cards}
-    report.cards.extend(c for c in vae_chunk_cards(report) if c.id not in known)
+    report.cards.extend(c for c in [*vae_chunk_cards(report), *dit_chunk_cards(report)] if c.id not in known)
     return report
 
 
@@ -178,16 +185,21 @@ def _kernel_card(kernel: Kernel, by_key: dict[Key, str], latent_h: int) -> str |
     return by_key.get(key) if key is not None else None
 
 
-def attribute(card: Card) -> dict[str, float]:
-    """Name on each kernel of a measured chunk card the contained card it stands for (`extra["report_card"]`);
-    return the kernel-duration sums per contained card and `other`, per chunk call."""
+def _vae_kernel_finder(card: Card) -> KernelFinder:
     ops = (card.extra.get("chunk") or {}).get("ops") or {}
     by_key = {tuple(op["key"]): card_id for card_id, op in ops.items()}
     latent_h = _latent_h(card)
+    return lambda kernel: _kernel_card(kernel, by_key, latent_h) if latent_h else None
+
+
+def attribute(card: Card) -> dict[str, float]:
+    """Name on each kernel of a measured chunk card the contained card it stands for (`extra["report_card"]`);
+    return the kernel-duration sums per contained card and `other`, per chunk call."""
+    find = dit_kernel_finder(card) if card.op_kind == DIT_BLOCK else _vae_kernel_finder(card)
     times = {card_id: 0.0 for card_id in card.extra.get("contains") or []}
     times[OTHER] = 0.0
     for kernel in card.kernels:
-        found = _kernel_card(kernel, by_key, latent_h) if latent_h else None
+        found = find(kernel)
         if found is not None:
             kernel.extra["report_card"] = found
         times[found or OTHER] += kernel.metric("dur_us") or 0.0

@@ -20,7 +20,7 @@ import torch
 LAYOUTS = ("contiguous", "channels_last_3d")
 # Op kinds that run a whole model chunk (many ops) rather than one op: their profile keeps each op's
 # shapes apart, so every op can be attributed to the report card of the same op and shape.
-CHUNK_OP_KINDS = ("vae_decode",)
+CHUNK_OP_KINDS = ("vae_decode", "dit_block")
 
 _DTYPE_ALIASES: dict[str, torch.dtype] = {
     "float32": torch.float32,
