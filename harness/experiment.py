@@ -10,7 +10,10 @@ cannot run here raises `VariantSkipped` with the reason, which the summary shows
 run on some devices says so when it is registered (`@EXPERIMENT.variant(needs="cuda")`, or `needs=` a
 function of the device), and the search leaves it out there instead of spending trials on it. An
 optional `annotate` hook adds the experiment's own evidence to every measured card (achieved TFLOP/s,
-bandwidth bound, warp stalls).
+bandwidth bound, warp stalls). An optional `workload` hook changes what is measured: it takes the card's
+workload as built and returns the one the experiment times (e.g. the card's op extended with its
+producer, so that a fusion is measured against the unfused chain), applied wherever a trial's workload
+is built (harness.trial_spec.build_trial_workload).
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ class Prepared:
 
 VariantFn = Callable[..., "Callable[[], torch.Tensor] | Prepared"]
 AnnotateFn = Callable[[Any, Workload], None]  # (measured Card, its Workload) -> None, edits card.extra
+WorkloadFn = Callable[[Workload], Workload]  # the card's workload as built -> the workload the experiment measures
 # What a variant needs of the run's device ("cpu", "cuda", "cuda:1"): why it cannot run there, or None.
 NeedsFn = Callable[[str], "str | None"]
 
@@ -99,6 +103,7 @@ class Experiment:
     variants: dict[str, VariantFn] = field(default_factory=dict)
     baseline_name: str | None = None
     annotate_fn: AnnotateFn | None = None
+    workload_fn: WorkloadFn | None = None
     needs: dict[str, NeedsFn] = field(default_factory=dict)  # variant -> what it needs of the device
 
     def __post_init__(self) -> None:
@@ -148,6 +153,18 @@ class Experiment:
             raise ExperimentError(f"{self.name}: annotate registered twice")
         self.annotate_fn = fn
         return fn
+
+    def workload(self, fn: WorkloadFn) -> WorkloadFn:
+        """Register `fn(card's workload) -> measured workload`: its inputs, run, float64 reference, FLOPs
+        and minimum bytes are what the baseline and variants are prepared on, checked and judged by."""
+        if self.workload_fn is not None:
+            raise ExperimentError(f"{self.name}: workload registered twice")
+        self.workload_fn = fn
+        return fn
+
+    def measured_workload(self, workload: Workload) -> Workload:
+        """The workload this experiment measures: the card's own, or what its `workload` hook makes of it."""
+        return workload if self.workload_fn is None else self.workload_fn(workload)
 
     def prepare(self, variant: str, workload: Workload, params: dict[str, Any]) -> Prepared:
         if variant not in self.variants:

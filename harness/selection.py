@@ -7,6 +7,7 @@
   the classes whose counter-experiment the experiment tests (`Experiment.classes`). `resolution` is a resolution ("480x832") or `smallest`,
   `largest`, or `smallest_on_cpu` (the smallest on a CPU, every resolution on a GPU: a CPU run stays
   within its budget, a GPU run covers the report);
+- `shape`: shape parameters a card must have, e.g. `{N: 64}` (each named parameter equal to the value);
 - `costliest: N` (or `cheapest: N`), the N cards with the largest (smallest) summed kernel time in the
   report, then nominal FLOPs for cards the report gives no time, in each group of `per` (a key or a
   list of keys, e.g. `per: op_kind`) when given.
@@ -25,7 +26,8 @@ from harness.workloads.base import parse_resolution
 
 FILTER_KEYS = ("stage", "op", "op_kind", "resolution", "class")
 RANKS = ("costliest", "cheapest")
-RULE_KEYS = (*FILTER_KEYS, *RANKS, "per")
+SHAPE = "shape"  # a filter on shape parameters; not a key to group by
+RULE_KEYS = (*FILTER_KEYS, SHAPE, *RANKS, "per")
 RELATIVE_RESOLUTIONS = ("smallest", "largest", "smallest_on_cpu")
 NO_CLASS = "none"
 EXPERIMENT_CLASSES = "experiment"
@@ -55,6 +57,11 @@ def _classes(value: Any, experiment_classes: Sequence[str]) -> set[str]:
     if UNRESOLVED in out:  # a card the rules leave without a class is as unresolved (harness.auto)
         out.add(NO_CLASS)
     return out
+
+
+def _has_shape(card: Card, wanted: Mapping[str, Any]) -> bool:
+    params = card.shape_parameters if isinstance(card.shape_parameters, Mapping) else {}
+    return all(key in params and params[key] == value for key, value in wanted.items())
 
 
 def _resolution(cards: list[Card], value: str, device: str) -> list[Card]:
@@ -91,6 +98,10 @@ def check_rule(rule: Mapping[str, Any]) -> None:
         n = rule.get(key)
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise SelectionError(f"cards rule: {key}={n!r}: give a whole number of cards, at least 1")
+    shape = rule.get(SHAPE)
+    if shape is not None and (not isinstance(shape, Mapping) or not shape
+                              or any(isinstance(v, (Mapping, list, tuple)) for v in shape.values())):
+        raise SelectionError(f"cards rule: shape={shape!r}: give shape parameters and values, e.g. {{N: 64}}")
     per = rule.get("per")
     for key in ([per] if isinstance(per, str) else per or []):
         if key not in FILTER_KEYS:
@@ -106,6 +117,8 @@ def apply_rule(report: Report, rule: Mapping[str, Any], *, device: str, op_kinds
     for key in ("stage", "op", "op_kind"):
         if key in rule:
             cards = [c for c in cards if card_value(c, key) == str(rule[key])]
+    if SHAPE in rule:
+        cards = [c for c in cards if _has_shape(c, rule[SHAPE])]
     if "class" in rule:
         wanted = _classes(rule["class"], experiment_classes)
         cards = [c for c in cards if card_value(c, "class") in wanted]
@@ -151,7 +164,7 @@ def select_cards(report: Report, selector: Any, experiment: Any, defaults: Any, 
     chosen = apply_rule(report, selector, device=device, op_kinds=experiment.op_kinds,
                         experiment_classes=experiment.classes)
     if not chosen:
-        filters = {k: v for k, v in selector.items() if k in FILTER_KEYS}
+        filters = {k: v for k, v in selector.items() if k in FILTER_KEYS or k == SHAPE}
         wide = apply_rule(report, filters, device=device, experiment_classes=experiment.classes)
         raise SelectionError(no_card_message(filters or selector, wide, experiment.op_kinds, experiment.name,
                                              report.cards))

@@ -63,7 +63,8 @@ class TrialSpec:
 
 def build_trial_workload(spec: TrialSpec, card: Card, experiment: Experiment) -> tuple[Workload, Workload]:
     """(the card's workload as built, the same with the applied variants' carries): the baseline of a
-    later round is prepared on the first, every variant on the second."""
+    later round is prepared on the first, every variant on the second. "As built" includes the
+    experiment's `workload` hook (Experiment.measured_workload), so worker and ncu child measure the same."""
     applied = spec.applied
     dtype = applied[0].get("workload_dtype") if applied else None  # the dtype round 1 built it in
     workload = build_workload(
@@ -71,6 +72,7 @@ def build_trial_workload(spec: TrialSpec, card: Card, experiment: Experiment) ->
         scale=spec.scale, seed=spec.seed, inputs_dir=spec.inputs_dir, input_sha256=card.input_sha256,
         attention=AttentionConfig(**spec.attention), cast=CastConfig(**spec.cast), resolution=card.resolution,
     )
+    workload = experiment.measured_workload(workload)
     return workload, carry(workload, applied)
 
 
