@@ -26,7 +26,7 @@ from harness.experiment import Experiment, ExperimentError, load_experiment
 from harness.overview import CardResult, render_end_to_end
 from harness.provenance import report_sha256
 from harness.run import RunError, card_results, execute
-from harness.selection import SelectionError, pick_cards
+from harness.selection import SelectionError, in_scope, pick_cards
 from harness.workloads.base import CHUNK_OP_KINDS
 
 NOT_AUTOMATIC = (AUTO, "reprofile")  # reprofile reproduces the baseline; it tests no hypothesis
@@ -51,17 +51,20 @@ def candidate_experiments(configs: Mapping[str, Mapping[str, Any]]) -> dict[str,
     return found
 
 
-def plan_auto(cards: list[Card], experiments: Mapping[str, Experiment]) -> AutoPlan:
-    """Each card to the experiments that take its op kind and claim its class. A card the rules leave
-    without a class (the report lost its kernel times) is as unresolved as one no rule decides: its
-    op's experiments that claim unresolved cards take it, stall_breakdown among them."""
+def plan_auto(cards: list[Card], experiments: Mapping[str, Experiment],
+              scopes: Mapping[str, Any] | None = None) -> AutoPlan:
+    """Each card to the experiments that take its op kind and claim its class, within the scope of each
+    experiment's `default_cards` (its stage, op and shape filters: the N=64 projections only, say). A card
+    the rules leave without a class (the report lost its kernel times) is as unresolved as one no rule
+    decides: its op's experiments that claim unresolved cards take it, stall_breakdown among them."""
     plan = AutoPlan()
+    scopes = scopes or {}
     for card in cards:
         wanted = card.primary or UNRESOLVED
         # A chunk card composes its op cards' counter-experiments: its experiments are those of its kind.
         chunk = card.op_kind in CHUNK_OP_KINDS
         matched = [name for name, e in experiments.items()
-                   if e.applies_to(card.op_kind) and (chunk or wanted in e.classes)]
+                   if e.applies_to(card.op_kind) and (chunk or wanted in e.classes) and in_scope(card, scopes.get(name))]
         if not matched:
             plan.unmatched[card.id] = (f"no experiment claims {card.op_kind} cards of class {card.primary}"
                                        if card.primary else f"no experiment claims unclassified {card.op_kind} cards")
@@ -97,10 +100,11 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, options: l
         raise RunError(str(exc)) from None
     if not cards:
         raise RunError(f"cards={selector} selects no card of {cfg.get('report') or 'the shipped report'}")
-    plan = plan_auto(cards, experiments)
+    scopes = {name: (config.get("experiment") or {}).get("default_cards") for name, config in configs.items()}
+    plan = plan_auto(cards, experiments, scopes)
     run_dir.mkdir(parents=True, exist_ok=True)
     if (cfg.get("auto") or {}).get("plan_only"):
-        return write_plan(with_chunks, experiments, cards, run_dir, report_sha256(cfg.get("report")))
+        return write_plan(with_chunks, experiments, cards, run_dir, report_sha256(cfg.get("report")), scopes)
     results: list[CardResult] = []
     sections: list[str] = []
     measured_on = "this machine"
@@ -136,10 +140,11 @@ def _names_chunks(selector: Any) -> bool:
     return str(selector.get("op_kind")) in CHUNK_OP_KINDS or str(selector.get("op")) in CHUNK_OP_KINDS
 
 
-def plan_entries(report: Report, experiments: Mapping[str, Experiment], selected: list[Card]) -> list[dict[str, Any]]:
+def plan_entries(report: Report, experiments: Mapping[str, Experiment], selected: list[Card],
+                 scopes: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """One entry per card of the report (its chunk cards last, with `chunk: true` and the op cards they
     contain): its class and proposal, the experiments that test it, whether this run's selection runs them."""
-    every = plan_auto(report.cards, experiments)
+    every = plan_auto(report.cards, experiments, scopes)
     chosen = {card.id for card in selected}
     entries = []
     for card in report.cards:
@@ -153,9 +158,9 @@ def plan_entries(report: Report, experiments: Mapping[str, Experiment], selected
 
 
 def write_plan(report: Report, experiments: Mapping[str, Experiment], selected: list[Card], run_dir: Path,
-               sha256: str) -> str:
+               sha256: str, scopes: Mapping[str, Any] | None = None) -> str:
     """plan.json and plan.md (`auto.plan_only=true`): what auto would run, for every card; nothing measured."""
-    entries = plan_entries(report, experiments, selected)
+    entries = plan_entries(report, experiments, selected, scopes)
     write_json_atomic(run_dir / "plan.json", {"report_sha256": sha256, "cards": entries})
     op_entries = [e for e in entries if not e.get("chunk")]
     covered = sum(1 for e in op_entries if e["experiments"])

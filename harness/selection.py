@@ -113,12 +113,7 @@ def apply_rule(report: Report, rule: Mapping[str, Any], *, device: str, op_kinds
     """The cards `rule` selects from `report`, restricted to `op_kinds` (when given) before `costliest`."""
     check_rule(rule)
     kinds = set(op_kinds) if op_kinds is not None else None
-    cards = [c for c in report.cards if kinds is None or c.op_kind in kinds]
-    for key in ("stage", "op", "op_kind"):
-        if key in rule:
-            cards = [c for c in cards if card_value(c, key) == str(rule[key])]
-    if SHAPE in rule:
-        cards = [c for c in cards if _has_shape(c, rule[SHAPE])]
+    cards = [c for c in report.cards if (kinds is None or c.op_kind in kinds) and in_scope(c, rule)]
     if "class" in rule:
         wanted = _classes(rule["class"], experiment_classes)
         cards = [c for c in cards if card_value(c, "class") in wanted]
@@ -129,6 +124,16 @@ def apply_rule(report: Report, rule: Mapping[str, Any], *, device: str, op_kinds
             per = rule.get("per") or []
             cards = _ranked(cards, int(rule[key]), [per] if isinstance(per, str) else list(per), key == "costliest")
     return cards
+
+
+def in_scope(card: Card, rule: Any) -> bool:
+    """Whether `card` passes the rule's scope filters (stage, op, op kind, shape): for an experiment's
+    `default_cards`, which cards it is for at all, whatever its classes, resolution and ranks then pick."""
+    if not isinstance(rule, Mapping):
+        return True
+    if any(key in rule and card_value(card, key) != str(rule[key]) for key in ("stage", "op", "op_kind")):
+        return False
+    return SHAPE not in rule or _has_shape(card, rule[SHAPE])
 
 
 def pick_cards(report: Report, selector: Any, *, device: str = "cpu", experiment_classes: Sequence[str] = ()

@@ -164,9 +164,11 @@ def test_the_plan_covers_every_card_of_the_shipped_report_and_of_another(report)
     configs = {p.stem: p for p in (CONF / "experiment").glob("*.yaml") if p.stem not in ("auto", "reprofile")}
     import yaml
 
-    experiments = candidate_experiments({name: yaml.safe_load(path.read_text()) for name, path in configs.items()})
+    loaded = {name: yaml.safe_load(path.read_text()) for name, path in configs.items()}
+    experiments = candidate_experiments(loaded)
+    scopes = {name: config["experiment"].get("default_cards") for name, config in loaded.items()}
     selected = report.cards[:2]
-    entries = plan_entries(report, experiments, selected)
+    entries = plan_entries(report, experiments, selected, scopes)
     assert [e["card"] for e in entries] == [c.id for c in report.cards]  # one entry per card, 69
     uncovered = [e["card"] for e in entries if not e["experiments"]]
     assert uncovered == []
@@ -176,6 +178,11 @@ def test_the_plan_covers_every_card_of_the_shipped_report_and_of_another(report)
     assert k144["proposal"] == report.card(k144["card"]).counter_experiment
     fa2 = by_id["attention-480-fa2-self-4680of29640-42c686"]
     assert fa2["class"] is None and "stall_breakdown" in fa2["experiments"]
+    # dit_output_fusion's default_cards scope it to the N=64 output projections: the other DRAM-bound
+    # linears (the M=3 time embedding) go to batching, not to a fusion that would skip every variant.
+    fused = {e["card"] for e in entries if "dit_output_fusion" in e["experiments"]}
+    assert fused == {c.id for c in report.cards if c.op_kind == "linear" and c.shape_parameters.get("N") == 64}
+    assert len(fused) == 2
 
 
 @pytest.mark.slow
