@@ -18,7 +18,7 @@ from harness.rounds import carry, round_baseline
 from harness.workloads.attention import AttentionConfig
 from harness.workloads.base import Workload
 from harness.workloads.cast import CastConfig
-from harness.workloads.registry import build_workload
+from harness.workloads.registry import build_for_card
 
 BASELINE = "baseline"
 
@@ -67,10 +67,10 @@ def build_trial_workload(spec: TrialSpec, card: Card, experiment: Experiment) ->
     experiment's `workload` hook (Experiment.measured_workload), so worker and ncu child measure the same."""
     applied = spec.applied
     dtype = applied[0].get("workload_dtype") if applied else None  # the dtype round 1 built it in
-    workload = build_workload(
-        card.op_kind, card.shape_parameters, device=spec.device, dtype=dtype or experiment.workload_dtype,
-        scale=spec.scale, seed=spec.seed, inputs_dir=spec.inputs_dir, input_sha256=card.input_sha256,
-        attention=AttentionConfig(**spec.attention), cast=CastConfig(**spec.cast), resolution=card.resolution,
+    # The run put a cast card's frame count, which only the report's pair of cast cards tells, into spec.cast.
+    workload = build_for_card(
+        card, device=spec.device, dtype=dtype or experiment.workload_dtype, scale=spec.scale, seed=spec.seed,
+        inputs_dir=spec.inputs_dir, attention=AttentionConfig(**spec.attention), cast=CastConfig(**spec.cast),
     )
     workload = experiment.measured_workload(workload)
     return workload, carry(workload, applied)
