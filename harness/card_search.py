@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from harness.cards.checks import check_named
 from harness.cards.diff import calls_per_invocation
-from harness.cards.model import Card, Report, load_report, save_report
+from harness.cards.model import Card, Report, load_report, parse_report, save_report
 from harness.cards.noise import paired_verdict
 from harness.measure import TimingSettings
 from harness.rounds import (
@@ -288,6 +288,7 @@ def confirm(ctx: RunContext, session: CardSession, base_card: Card, tried: Card,
         card.extra["timing"] = {k: v for k, v in reply.result[key].items() if k != "warm_up"}
         card.extra["warm_up"] = reply.result[key].get("warm_up")
         restate_rates(card)
+    reannotate(session, [base_card, tried])
     before = list(reply.result["base"]["round_medians_us"])
     after = [t / calls for t in reply.result["best"]["round_medians_us"]]
     verdict = paired_verdict(before, after, band)
@@ -295,6 +296,20 @@ def confirm(ctx: RunContext, session: CardSession, base_card: Card, tried: Card,
                     "after_rounds_us": after, "order": "ABBA"}
     tried.extra["confirmation"] = confirmation
     return reply, confirmation
+
+
+def reannotate(session: CardSession, cards: list[Card]) -> None:
+    """The experiment's evidence restated from the confirmed timing (harness.worker.server.reannotate)."""
+    try:
+        reply = session.reannotate(cards)
+    except WorkerError as exc:
+        reply = Reply(False, "crash", {}, str(exc))
+    if not reply.ok:
+        for card in cards:
+            card.extra["annotate_error"] = f"evidence not restated after the confirm rounds: {reply.reason}"
+        return
+    for card, restated in zip(cards, reply.result["cards"]):
+        card.extra = parse_report({"cards": [restated]}, "worker reply").cards[0].extra
 
 
 def restate_rates(card: Card) -> None:

@@ -294,6 +294,11 @@ class CardSession:
                                    self.deadline_s)
 
 
+    def reannotate(self, cards: list[Any]) -> Reply:
+        return self.worker.request("reannotate", {**self.common, "cards": [c.to_dict() for c in cards]},
+                                   self.deadline_s)
+
+
 class _QuietTrialFailures(logging.Filter):
     """Optuna logs a failed trial's exception with its traceback. A TrialFailed is a recorded outcome
     (the objective logged its one-line reason) and a KeyboardInterrupt is the app's to report."""

@@ -176,6 +176,17 @@ class Server:
                                TimingSettings(**request["retime_settings"]))
         result.update(median_us=timing.median_us, seconds={"retime_s": time.perf_counter() - t0})
 
+    def reannotate(self, state: _CardState, request: dict[str, Any], result: dict[str, Any]) -> None:
+        """The experiment's evidence again on cards whose timing the confirm rounds replaced, so that what
+        it derives from a time (a bound's ratio, an achieved bandwidth) agrees with the card's time."""
+        from harness.cards.model import parse_report
+
+        # One report per card: baseline and variant are the same card (one id), measured twice.
+        cards = [parse_report({"cards": [card]}, "reannotate request").cards[0] for card in request["cards"]]
+        for card in cards:
+            annotate(state.experiment, card, state.workload)
+        result["cards"] = [card.to_dict() for card in cards]
+
     def confirm(self, state: _CardState, request: dict[str, Any], result: dict[str, Any]) -> None:
         """Baseline and best in paired rounds, interleaved A B, B A, A B, ... (ABBA), one median per side a round.
 
@@ -244,7 +255,8 @@ def answer_request(server: Server, request: dict[str, Any]) -> dict[str, Any]:
         state, build_s = server.card(request)
         stage = "run"
         op = request.get("op")
-        handlers = {"measure": server.measure, "retime": server.retime, "confirm": server.confirm}
+        handlers = {"measure": server.measure, "retime": server.retime, "confirm": server.confirm,
+                    "reannotate": server.reannotate}
         if op not in handlers:
             raise ValueError(f"unknown request {op!r}")
         with torch_state.pinned():  # no request inherits what an earlier variant set

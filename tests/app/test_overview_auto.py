@@ -122,7 +122,7 @@ def test_auto_runs_each_cards_experiments_and_one_summary(tmp_path):
     from tests.app.test_run import _run
 
     cards = ["dit-480-linear-m3n5120k5120-d55d81", "output-480-cast-f18982"]
-    proc = _run(tmp_path, "experiment=auto", f"cards=[{','.join(cards)}]")
+    proc = _run(tmp_path, "experiment=auto", f"cards=[{','.join(cards)}]", "timing.confirm_rounds=2")
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = (tmp_path / "summary.md").read_text()
     # d55d81 is DRAM-bound: batching; the cast card is unresolved after normalization: cast and stalls.
@@ -138,6 +138,12 @@ def test_auto_runs_each_cards_experiments_and_one_summary(tmp_path):
     # The variant tried (best.json adopts it only when confirmed FASTER in paired rounds).
     batched = load_report(tmp_path / "dit_small_m_batching" / "tried.json").cards[0]
     assert batched.extra["variant"]["calls"] >= 2 and "weight_stream" in batched.extra
+    # The hook's evidence is restated from the confirm rounds: one time per card, wherever it is shown.
+    calls = batched.extra["variant"]["calls"]
+    assert batched.extra["search_timing"]["median_us"] != batched.extra["timing"]["median_us"]
+    per_call = batched.extra["timing"]["median_us"] / calls
+    assert batched.extra["weight_stream"]["per_call_us"] == pytest.approx(per_call)
+    assert batched.extra["variant"]["per_call_us"] == pytest.approx(per_call)
 
 
 @pytest.mark.slow
