@@ -8,9 +8,13 @@ from here and defines its kernels only when `triton is not None`, and its varian
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Callable
 
 import torch
+
+from harness.experiment import VariantSkipped
+from harness.tiles import TileConfig, device_limits, launch_problem
 
 try:
     import triton
@@ -22,7 +26,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the install
 else:
     TRITON_MISSING = None
 
-__all__ = ["TRITON_MISSING", "compiled_facts", "input_precision", "tl", "triton"]
+__all__ = ["TRITON_MISSING", "check_launchable", "compiled_facts", "first_launch", "input_precision", "tl", "triton"]
 
 
 def input_precision() -> str:
@@ -42,3 +46,31 @@ def compiled_facts(compiled: Any) -> dict[str, Any]:
     if isinstance(shared, int):
         facts["smem_bytes_compiled"] = shared
     return facts
+
+
+def check_launchable(config: TileConfig, elem_size: int, device: str) -> None:
+    """Skip (VariantSkipped, with why) a tile that cannot launch on the device's SMs (Hopper's without one),
+    before anything is compiled; then a device without CUDA or an install without Triton."""
+    limits, limits_source = device_limits(device)
+    problem = launch_problem(config, elem_size, limits)
+    if problem is not None:
+        raise VariantSkipped(f"cannot launch: {problem} ({limits_source})")
+    missing = [] if str(device).startswith("cuda") else [f"needs CUDA: a Triton GPU kernel (device is {device})"]
+    if triton is None:
+        missing.append(TRITON_MISSING or "triton not installed")
+    if missing:
+        raise VariantSkipped("; ".join(missing))
+
+
+def first_launch(launch: Callable[[], tuple[Any, Any]], device: str) -> dict[str, Any]:
+    """Launch once here, so the kernel compiles while the variant is prepared, not in a timed call;
+    `launch` returns (output, the launch's compiled kernel). The facts: compile seconds and what the
+    compiler assigned. Resources the compiler refuses make the variant a skip."""
+    t0 = time.perf_counter()
+    try:
+        _, compiled = launch()
+        if str(device).startswith("cuda"):
+            torch.cuda.synchronize()
+    except triton.OutOfResources as exc:
+        raise VariantSkipped(f"cannot launch: {exc}") from None
+    return {"compile_s": round(time.perf_counter() - t0, 3), **compiled_facts(compiled)}

@@ -27,7 +27,6 @@ Dtype: bf16 on every device, as the model runs it (the workload is built in bf16
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 from typing import Any, Callable
 
@@ -35,14 +34,15 @@ import torch
 import torch.nn.functional as F
 
 from harness.cards.fields import COMPUTE_BOUND, L2_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL
+from harness.compiled import compile_call, frozen_module
 from harness.correctness import unit_roundoff
 from harness.experiment import Experiment, Prepared, VariantSkipped
 from harness.profile.peak_lookup import compute_peak, sm_count
-from harness.tiles import TileConfig, device_limits, executed_flops, launch_problem, tile_count, waves
+from harness.tiles import TileConfig, executed_flops, tile_count, waves
 from harness.workloads.base import Workload, dtype_name, element_size, parse_dtype
 
 from experiments.dit_gemm_tiles.kernel import triton_linear
-from harness.triton_support import TRITON_MISSING, compiled_facts, triton
+from harness.triton_support import check_launchable, first_launch
 
 EXPERIMENT = Experiment(
     name="dit_gemm_tiles",
@@ -57,7 +57,6 @@ EXPERIMENT = Experiment(
 )
 
 BLAS_LIBRARIES = ("cublas", "cublaslt")
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 WEIGHT_LAYOUTS = ("nk", "kn")  # nk: nn.Linear's [N, K] (F.linear, NT GEMM); kn: pre-transposed [K, N] (addmm, NN)
 
 def _inputs(w: Workload) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -66,11 +65,6 @@ def _inputs(w: Workload) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | Non
 
 def _is_cuda(w: Workload) -> bool:
     return str(w.device).startswith("cuda")
-
-
-def _sync(w: Workload) -> None:
-    if _is_cuda(w):
-        torch.cuda.synchronize()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,32 +121,15 @@ def triton_matmul(
     config = TileConfig(BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_stages, num_warps)
     x, weight, bias = _inputs(w)
     elem = element_size(x.dtype)
-    limits, limits_source = device_limits(w.device)
-    problem = launch_problem(config, elem, limits)
-    if problem is not None:
-        raise VariantSkipped(f"cannot launch: {problem} ({limits_source})")
-    missing = [] if _is_cuda(w) else [f"needs CUDA: a Triton GPU kernel (device is {w.device})"]
-    if triton is None:
-        missing.append(TRITON_MISSING or "triton not installed")
-    if missing:
-        raise VariantSkipped("; ".join(missing))
+    check_launchable(config, elem, w.device)
     m, k = x.shape
     n = weight.shape[0]
-    t0 = time.perf_counter()
-    try:
-        _, compiled = triton_linear(x, weight, bias, config)  # compiles once, here, not in the timed calls
-        _sync(w)
-    except triton.OutOfResources as exc:
-        raise VariantSkipped(f"cannot launch: {exc}") from None
-    compile_s = time.perf_counter() - t0
-    tiles = tile_count(m, n, BLOCK_M, BLOCK_N)
     facts = {
         "kernel": "triton _linear_kernel",
         "tile": asdict(config),
-        "tiles": tiles,
+        "tiles": tile_count(m, n, BLOCK_M, BLOCK_N),
         "smem_bytes_estimate": config.smem_bytes(elem),
-        "compile_s": round(compile_s, 3),
-        **compiled_facts(compiled),
+        **first_launch(lambda: triton_linear(x, weight, bias, config), w.device),
     }
     return Prepared(lambda: triton_linear(x, weight, bias, config)[0],
                     executed_flops=executed_flops(m, n, k, BLOCK_M, BLOCK_N, BLOCK_K), facts=facts)
@@ -165,34 +142,10 @@ def triton_matmul(
 @EXPERIMENT.variant
 def compiled(w: Workload, mode: str = "default") -> Prepared:
     """torch.compile of nn.Linear with the workload's weight and bias as frozen parameters."""
-    if mode not in COMPILE_MODES:
-        raise VariantSkipped(f"mode={mode!r}: choose {', '.join(COMPILE_MODES)}")
     x, weight, bias = _inputs(w)
-    module = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None,
-                             device=weight.device, dtype=weight.dtype)
-    # Parameters, not closure tensors: CUDA-graph modes then treat them as static instead of copying
-    # them into the graph's buffers on every replay.
-    module.weight = torch.nn.Parameter(weight, requires_grad=False)
-    if bias is not None:
-        module.bias = torch.nn.Parameter(bias, requires_grad=False)
-    # A fresh Dynamo state per trial: repeated compiles of the same code would otherwise run into the
-    # recompile limit, past which Dynamo silently falls back to eager.
-    torch.compiler.reset()
-    fn = torch.compile(module, mode=None if mode == "default" else mode, fullgraph=True, dynamic=False)
-    t0 = time.perf_counter()
-    try:
-        with torch.no_grad():
-            fn(x)  # compile (and autotune) here, not inside the first timed call
-        _sync(w)
-    except Exception as exc:  # Inductor needs a C++ compiler on the CPU, Triton on CUDA
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise VariantSkipped(f"torch.compile(mode={mode}) failed on {w.device}: {first[:300]}") from None
-    compile_s = time.perf_counter() - t0
-
-    def run() -> torch.Tensor:
-        with torch.no_grad():
-            return fn(x)
-
+    module = frozen_module(torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None,
+                                           device=weight.device, dtype=weight.dtype), weight=weight, bias=bias)
+    run, compile_s = compile_call(module, (x,), mode, w.device)
     return Prepared(run, facts={"compile_mode": mode, "compile_s": round(compile_s, 2)})
 
 

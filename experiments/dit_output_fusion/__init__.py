@@ -26,7 +26,6 @@ measured bytes side by side on the card, so that "bytes and time fall together" 
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 from typing import Any, Callable
 
@@ -48,15 +47,10 @@ from experiments.dit_output_fusion.chain import (
 from experiments.dit_output_fusion.kernel import fused_head
 from harness.cards.fields import DRAM_BANDWIDTH_BOUND
 from harness.cards.measures import dram_bytes
+from harness.compiled import compile_call
 from harness.experiment import Experiment, Prepared, VariantSkipped
-from harness.tiles import (
-    TileConfig,
-    device_limits,
-    executed_flops,
-    launch_problem,
-    padded,
-)
-from harness.triton_support import TRITON_MISSING, compiled_facts, triton
+from harness.tiles import TileConfig, executed_flops, padded
+from harness.triton_support import check_launchable, first_launch
 from harness.workloads.base import Workload
 
 EXPERIMENT = Experiment(
@@ -72,21 +66,11 @@ EXPERIMENT = Experiment(
 )
 EXPERIMENT.workload(extend_with_producer)
 
-COMPILE_MODES = ("default", "max-autotune", "max-autotune-no-cudagraphs")
 FOLDS = ("once", "per_call")
 COMPILED_PASSES = (Pass("Inductor: norm + modulation in one kernel (bf16 out)", 2, 2),
                    Pass("proj_out reads its input", 2, 0))
 FOLDED_PASSES = (Pass("layer_norm (bf16 in, fp32 math, bf16 out)", 2, 2),
                  Pass("GEMM with the folded weight reads its input", 2, 0))
-
-
-def _is_cuda(w: Workload) -> bool:
-    return str(w.device).startswith("cuda")
-
-
-def _sync(w: Workload) -> None:
-    if _is_cuda(w):
-        torch.cuda.synchronize()
 
 
 def pass_facts(w: Workload, passes: tuple[Pass, ...]) -> dict[str, Any]:
@@ -119,27 +103,7 @@ def eager_chain(w: Workload) -> Callable[[], torch.Tensor] | Prepared:
 def compiled(w: Workload, mode: str = "default") -> Prepared:
     """torch.compile of the whole head (Inductor fuses norm_out and the modulation; on a GPU it may fuse
     them into proj_out's prologue): wrap norm_out, the modulation and proj_out in one compiled function."""
-    if mode not in COMPILE_MODES:
-        raise VariantSkipped(f"mode={mode!r}: choose {', '.join(COMPILE_MODES)}")
-    hidden, shift, scale, weight, bias = chain_inputs(w)
-    # A fresh Dynamo state per trial: repeated compiles of the same code would otherwise hit the recompile
-    # limit, past which Dynamo silently falls back to eager.
-    torch.compiler.reset()
-    fn = torch.compile(chain.eager_chain, mode=None if mode == "default" else mode, fullgraph=True, dynamic=False)
-    t0 = time.perf_counter()
-    try:
-        with torch.no_grad():
-            fn(hidden, shift, scale, weight, bias)  # compile (and autotune) here, not in the timed calls
-        _sync(w)
-    except Exception as exc:  # Inductor needs a C++ compiler on the CPU, Triton on CUDA
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise VariantSkipped(f"torch.compile(mode={mode}) of the head failed on {w.device}: {first[:300]}") from None
-    compile_s = time.perf_counter() - t0
-
-    def run() -> torch.Tensor:
-        with torch.no_grad():
-            return fn(hidden, shift, scale, weight, bias)
-
+    run, compile_s = compile_call(chain.eager_chain, chain_inputs(w), mode, w.device, what=" of the head")
     facts = {"compile_mode": mode, "compile_s": round(compile_s, 2), **pass_facts(w, COMPILED_PASSES),
              "passes_note": "assumes Inductor keeps the GEMM separate; with its prologue fused the activation "
                             "is read once (2 bytes per element)"}
@@ -211,35 +175,21 @@ def triton_fused(w: Workload, BLOCK_M: int = 32, BLOCK_K: int = 128, num_warps: 
     n = weight.shape[0]
     # The whole N is one tile: the launch check of a BLOCK_M x N x BLOCK_K GEMM tile (harness.tiles).
     config = TileConfig(BLOCK_M, n, BLOCK_K, 1, num_stages, num_warps)
-    limits, limits_source = device_limits(w.device)
-    problem = launch_problem(config, hidden.element_size(), limits)
-    if problem is not None:
-        raise VariantSkipped(f"cannot launch: {problem} ({limits_source})")
-    missing = [] if _is_cuda(w) else [f"needs CUDA: a Triton GPU kernel (device is {w.device})"]
-    if triton is None:
-        missing.append(TRITON_MISSING or "triton not installed")
-    if missing:
-        raise VariantSkipped("; ".join(missing))
+    check_launchable(config, hidden.element_size(), w.device)
 
-    def run() -> torch.Tensor:
-        return fused_head(hidden, shift, scale, weight, bias, EPS, BLOCK_M, BLOCK_K, num_warps, num_stages)[0]
+    def launch() -> tuple[torch.Tensor, Any]:
+        return fused_head(hidden, shift, scale, weight, bias, EPS, BLOCK_M, BLOCK_K, num_warps, num_stages)
 
-    t0 = time.perf_counter()
-    try:
-        _, kernel = fused_head(hidden, shift, scale, weight, bias, EPS, BLOCK_M, BLOCK_K, num_warps, num_stages)
-        _sync(w)
-    except triton.OutOfResources as exc:
-        raise VariantSkipped(f"cannot launch: {exc}") from None
     programs = -(-rows // BLOCK_M)
     facts = {"kernel": "triton _norm_modulate_project_kernel", "tile": asdict(config), "programs": programs,
-             "num_warps": num_warps, "compile_s": round(time.perf_counter() - t0, 3),
+             "num_warps": num_warps, **first_launch(launch, w.device),
              "rows_bytes_per_program": BLOCK_M * k * hidden.element_size(),
              **pass_facts(w, FUSED_PASSES),
              "passes_note": "the statistics pass and the output pass both read the rows; the second read is "
                             "meant to hit L2 (rows_bytes_per_program per program in flight)"}
-    facts.update(smem_bytes_estimate=config.smem_bytes(hidden.element_size()), **compiled_facts(kernel))
+    facts.update(smem_bytes_estimate=config.smem_bytes(hidden.element_size()))
     executed = executed_flops(rows, n, k, BLOCK_M, n, BLOCK_K) + ELEMENTWISE_FLOPS * padded(rows, BLOCK_M) * padded(k, BLOCK_K)
-    return Prepared(run, executed_flops=float(executed), facts=facts)
+    return Prepared(lambda: launch()[0], executed_flops=float(executed), facts=facts)
 
 
 # ---------------------------------------------------------------------------------------------

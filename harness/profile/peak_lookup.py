@@ -14,9 +14,10 @@ import torch
 from harness.cards.peaks import RecordedPeaks, recorded_peaks
 
 
-def card_peaks(peaks: Any, dtype: str, device: str) -> RecordedPeaks | None:
-    """The card's peaks for math in `dtype` (float32 on a GPU: TF32 as torch allows it now)."""
-    tf32 = bool(torch.backends.cuda.matmul.allow_tf32)
+def card_peaks(peaks: Any, dtype: str, device: str, tf32: bool | None = None) -> RecordedPeaks | None:
+    """The card's peaks for math in `dtype`; float32 on a GPU is TF32 by `tf32`, by default as torch's matmul
+    switch allows it now (a convolution follows cuDNN's switch instead: its caller says which)."""
+    tf32 = bool(torch.backends.cuda.matmul.allow_tf32) if tf32 is None else tf32
     found = recorded_peaks(peaks, dtype, tf32=tf32)
     if (found is None or found.compute is None) and str(device).startswith("cuda") and torch.cuda.is_available():
         from harness.profile.gpu_peaks import for_current_device
