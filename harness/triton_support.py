@@ -26,7 +26,24 @@ except ImportError as _exc:  # pragma: no cover - depends on the install
 else:
     TRITON_MISSING = None
 
-__all__ = ["TRITON_MISSING", "check_launchable", "compiled_facts", "first_launch", "input_precision", "tl", "triton"]
+if triton is not None:
+
+    @triton.jit
+    def grouped_tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+        """This program's output tile (pid_m, pid_n) in grouped order: GROUP_M row tiles are walked
+        together, so the weight's column tiles they share stay in L2 (Triton's matmul tutorial)."""
+        pid = tl.program_id(axis=0)
+        num_pid_m = tl.cdiv(M, BLOCK_M)
+        num_pid_n = tl.cdiv(N, BLOCK_N)
+        num_pid_in_group = GROUP_M * num_pid_n
+        first_pid_m = (pid // num_pid_in_group) * GROUP_M
+        group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+        pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+        pid_n = (pid % num_pid_in_group) // group_size_m
+        return pid_m, pid_n
+
+__all__ = ["TRITON_MISSING", "check_launchable", "compiled_facts", "first_launch", "grouped_tile", "input_precision",
+           "tl", "triton"]
 
 
 def input_precision() -> str:

@@ -11,7 +11,7 @@ import torch
 
 from harness.experiment import VariantSkipped
 from harness.tiles import TileConfig
-from harness.triton_support import TRITON_MISSING, input_precision, tl, triton
+from harness.triton_support import TRITON_MISSING, grouped_tile, input_precision, tl, triton
 
 if triton is not None:
 
@@ -25,17 +25,7 @@ if triton is not None:
         INPUT_PRECISION: tl.constexpr,
     ):
         """C[M, N] = A[M, K] @ W[N, K]^T + bias[N]: one BLOCK_M x BLOCK_N tile of C per program."""
-        # Grouped ordering: GROUP_M row-tiles are walked together so that the W tiles they share stay
-        # in L2 (Triton's matmul tutorial).
-        pid = tl.program_id(axis=0)
-        num_pid_m = tl.cdiv(M, BLOCK_M)
-        num_pid_n = tl.cdiv(N, BLOCK_N)
-        num_pid_in_group = GROUP_M * num_pid_n
-        group_id = pid // num_pid_in_group
-        first_pid_m = group_id * GROUP_M
-        group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-        pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-        pid_n = (pid % num_pid_in_group) // group_size_m
+        pid_m, pid_n = grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
