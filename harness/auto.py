@@ -108,9 +108,17 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, options: l
     results: list[CardResult] = []
     sections: list[str] = []
     measured_on = "this machine"
-    for name, chosen in plan.by_experiment.items():
+    op_runs: list[str] = []  # the op experiments' diff.json: what the chunk cards of this run are predicted from
+    for name, chosen in _chunks_last(plan.by_experiment, experiments):
         sub_cfg = {**configs[name], "cards": [c.id for c in chosen]}
+        chunk = _is_chunk_experiment(experiments[name])
+        if chunk:
+            given = sub_cfg["experiment"].get("predict_from")
+            given = [given] if isinstance(given, str) else list(given or [])
+            sub_cfg["experiment"] = {**sub_cfg["experiment"], "predict_from": [*given, *op_runs]}
         ctx, outcomes = execute(sub_cfg, run_dir / name)
+        if not chunk and (run_dir / name / "diff.json").exists():
+            op_runs.append(str(run_dir / name / "diff.json"))
         diffs = ctx.diff.cards if ctx.diff is not None else []
         results += card_results(ctx.experiment, outcomes, diffs)
         measured_on = f"{ctx.environment.get('device_name')} ({ctx.device})"
@@ -131,6 +139,16 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, options: l
         "experiments": {n: [c.id for c in chosen] for n, chosen in plan.by_experiment.items()},
         "unmatched": plan.unmatched, "wall_s": time.perf_counter() - started})
     return text
+
+
+def _chunks_last(by_experiment: Mapping[str, list[Card]], experiments: Mapping[str, Experiment]
+                 ) -> list[tuple[str, list[Card]]]:
+    """The plan's sub-runs, the chunk experiments after the op experiments whose results predict them."""
+    return sorted(by_experiment.items(), key=lambda item: _is_chunk_experiment(experiments[item[0]]))
+
+
+def _is_chunk_experiment(experiment: Experiment) -> bool:
+    return set(experiment.op_kinds) <= set(CHUNK_OP_KINDS)
 
 
 def _names_chunks(selector: Any) -> bool:

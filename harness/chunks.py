@@ -229,6 +229,17 @@ def predicted_speedup(breakdown: list[dict[str, Any]], speedups: dict[str, float
     return (total / after if after > 0 else float("nan")), (covered / total if total > 0 else 0.0)
 
 
+def not_carried_over(breakdown: list[dict[str, Any]], speedups: dict[str, float], band: float) -> list[str]:
+    """The contained cards faster alone (beyond the SAME band) but not inside the chunk, each with both ratios."""
+    lost = []
+    for entry in breakdown:
+        alone = speedups.get(entry["card"])
+        inside = entry["before_us"] / entry["after_us"] if entry["after_us"] > 0 else None
+        if alone is not None and alone > 1.0 + band and (inside is None or inside <= 1.0 + band):
+            lost.append(f"{entry['card']} {alone:.2f}x -> " + ("n/a" if inside is None else f"{inside:.2f}x"))
+    return lost
+
+
 def _breakdown_text(breakdown: list[dict[str, Any]]) -> str:
     return ", ".join(f"{entry['card']} {entry['before_us']:.0f} -> {entry['after_us']:.0f}" for entry in breakdown)
 
@@ -261,11 +272,18 @@ def attach_op_breakdowns(diffs: Iterable[Any], outcomes: Iterable[Any], predict_
         row.notes = _collapse_over_peak(row.notes)
         row.notes.append(f"op breakdown (profiler kernel-duration sums per chunk call, us, before -> after): "
                          f"{_breakdown_text(row.op_breakdown)}")
-        if paths:
-            predicted, covered = predicted_speedup(row.op_breakdown, speedups)
-            measured = "n/a" if row.speedup is None else f"{row.speedup:.2f}x"
-            found = sum(entry["card"] in speedups for entry in row.op_breakdown)
-            row.notes.append(
-                f"predicted from the op cards' results in {', '.join(str(p) for p in paths)}: {predicted:.2f}x "
-                f"({found} of {len(row.op_breakdown) - 1} op cards measured there, {covered:.0%} of the chunk's "
-                f"profiled time; the rest counted unchanged) vs measured {measured}")
+        if not paths:
+            row.notes.append("no speedup predicted from the op cards: give experiment.predict_from=<an op-card "
+                             "run's diff.json>, or run the op cards and the chunk card in one experiment=auto run")
+            continue
+        predicted, covered = predicted_speedup(row.op_breakdown, speedups)
+        measured = "n/a" if row.speedup is None else f"{row.speedup:.2f}x"
+        found = sum(entry["card"] in speedups for entry in row.op_breakdown)
+        row.notes.append(
+            f"predicted from the op cards' results in {', '.join(str(p) for p in paths)}: {predicted:.2f}x "
+            f"({found} of {len(row.op_breakdown) - 1} op cards measured there, {covered:.0%} of the chunk's "
+            f"profiled time; the rest counted unchanged) vs measured {measured}")
+        lost = not_carried_over(row.op_breakdown, speedups, row.same_band or 0.0)
+        if lost:
+            row.notes.append("op cards whose win did not carry over into the chunk (alone -> inside the chunk, "
+                             "kernel-duration sums): " + ", ".join(lost))

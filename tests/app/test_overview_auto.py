@@ -214,3 +214,40 @@ def test_plan_only_writes_the_plan_and_measures_nothing(tmp_path):
     assert not any(e["selected"] for e in chunks)
     assert not (tmp_path / "optuna.db").exists() and not any(p.is_dir() for p in tmp_path.iterdir()
                                                               if p.name != ".hydra")
+
+
+def test_auto_runs_a_chunk_card_after_the_op_cards_that_predict_it(tmp_path, monkeypatch):
+    """In one auto run the chunk experiment runs last and is predicted from the op experiments' diff.json."""
+    from types import SimpleNamespace
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf, open_dict
+
+    import harness.auto as auto
+
+    def composed(*overrides: str) -> dict:
+        with initialize_config_dir(version_base=None, config_dir=str(CONF), job_name="test"):
+            cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+            with open_dict(cfg):
+                del cfg["hydra"]
+            return OmegaConf.to_container(cfg, resolve=True)
+
+    ran: list[tuple[str, object]] = []
+
+    def execute(cfg, run_dir):
+        ran.append((cfg["experiment"]["name"], cfg["experiment"].get("predict_from")))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "diff.json").write_text('{"cards": []}')
+        ctx = SimpleNamespace(experiment=SimpleNamespace(name=cfg["experiment"]["name"]), diff=None,
+                              environment={"device_name": "cpu"}, device="cpu")
+        return ctx, []
+
+    monkeypatch.setattr(auto, "execute", execute)
+    monkeypatch.setattr(auto, "card_results", lambda experiment, outcomes, diffs: [])
+    options = [p.stem for p in (CONF / "experiment").glob("*.yaml")]
+    cfg = composed("experiment=auto", "cards=[vae-480-chunk-decode,vae-480-conv3d-96to96k333t6]")
+    auto.run_auto(cfg, tmp_path, lambda name: composed(f"experiment={name}"), options)
+    names = [name for name, _ in ran]
+    assert names[-1] == "vae_decode_chunk" and {"vae_channels_last", "vae_conv_kernels"} <= set(names)
+    predicted_from = ran[-1][1]
+    assert sorted(predicted_from) == sorted(str(tmp_path / n / "diff.json") for n in names[:-1])
