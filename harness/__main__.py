@@ -154,7 +154,8 @@ def app(cfg: DictConfig) -> float | None:
     outside = phases["outside_measurement_s"]
     print(f"\n{ctx.experiment.name}: {len(outcomes)} card(s) on {ctx.device} in {phases['wall_s']:.1f} s; "
           f"{outside:.1f} s ({100 * outside / max(phases['wall_s'], 1e-9):.0f}%) outside measurement "
-          f"(set-up {phases['setup_s']:.1f} s, profiling {phases['profiling_s']:.1f} s, rest bookkeeping)")
+          f"(set-up {phases['setup_s']:.1f} s, profiling {phases['profiling_s']:.1f} s, rest bookkeeping; "
+          "measurement: the trials' timing, the baseline's drift re-times and the confirm rounds)")
     print((run_dir / "summary.md").read_text(encoding="utf-8"))
     print(f"outputs: {run_dir}  (summary.md, diff.md, diff.json, baseline.json, best.json, trials/, optuna.db)")
     speedups = [card_time_us(o.baseline) / card_time_us(o.best)

@@ -183,7 +183,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
             raise optuna.TrialPruned(f"max_rel {judged['max_rel']:.3g} > bound {judged['bound']:.3g}")
         trial.set_user_attr("status", "complete")
         try:
-            again = session.retime(drift_settings)
+            again = account(session.retime(drift_settings))
         except WorkerError as exc:
             again = Reply(False, "crash", {}, str(exc))
         if again.ok:
