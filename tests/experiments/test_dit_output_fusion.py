@@ -5,11 +5,7 @@ interpreter, the workload hook in build_trial_workload, the bytes formulas and t
 from __future__ import annotations
 
 import copy
-import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +21,7 @@ from harness.experiment import Experiment, ExperimentError, VariantSkipped
 from harness.selection import SelectionError, apply_rule
 from harness.trial_spec import TrialSpec, build_trial_workload
 from harness.workloads import build_workload
+from tests.triton_helpers import compile_for_hopper, interpreter_results
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE = Rule(same_factor=4, lowered_factor=4)  # conf/experiment/dit_output_fusion.yaml
@@ -250,14 +247,7 @@ print("RESULTS " + json.dumps(results))
 def test_fused_triton_kernel_in_the_interpreter():
     """Triton's interpreter runs the kernel on CPU tensors (float32/float16: the interpreter's tl.dot
     multiplies bf16 bit patterns). It must be on before triton is first imported, hence a child process."""
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(filter(None, [
-        str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", _INTERPRETER_SCRIPT], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULTS "))
-    results = json.loads(line[len("RESULTS "):])
+    results = interpreter_results(_INTERPRETER_SCRIPT, timeout=600)
     assert len(results) == 12
     bad = [r for r in results if not (r["feasible"] and r["dtype_ok"])]
     assert not bad, bad
@@ -268,10 +258,7 @@ def test_fused_kernel_compiles_for_hopper_in_bf16_within_the_launch_estimate():
     """Ahead-of-time sm_90 compile (Triton's bundled ptxas, no GPU) of the space's largest tile in bf16, the
     dtype the interpreter cannot check: bf16 tensor-core MMAs, and no more shared memory than the launch
     check (harness.tiles) assumed, so a tile it lets through does not fail at launch for shared memory."""
-    triton = pytest.importorskip("triton")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    pytest.importorskip("triton")
     from experiments.dit_output_fusion import kernel
     from harness.tiles import HOPPER, TileConfig, launch_problem
 
@@ -285,11 +272,7 @@ def test_fused_kernel_compiles_for_hopper_in_bf16_within_the_launch_estimate():
     signature = {name: ("*fp32" if name in ("shift_ptr", "scale_ptr") else "*bf16") if name.endswith("_ptr")
                  else "fp32" if name == "eps" else "i32" for name in names}
     constants = {"HAS_BIAS": True, "N": 64, "BLOCK_M": block_m, "BLOCK_K": block_k, "INPUT_PRECISION": "ieee"}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(names)
-             if name.endswith("_ptr") or values.get(name, 1) % 16 == 0}
     signature.update({name: "constexpr" for name in constants})
-    compiled = triton.compile(
-        ASTSource(fn=kernel._norm_modulate_project_kernel, signature=signature, constexprs=constants, attrs=attrs),
-        target=GPUTarget("cuda", 90, 64), options={"num_warps": warps, "num_stages": stages})
+    compiled = compile_for_hopper(kernel._norm_modulate_project_kernel, signature, values, constants, warps, stages)
     assert re.search(r"(wgmma\.mma_async|mma\.sync)\S*bf16", compiled.asm["ptx"])
     assert 0 < compiled.metadata.shared <= config.smem_bytes(2) <= HOPPER.smem_per_block_optin

@@ -10,13 +10,10 @@ the real Triton and CuPy kernels are marked `gpu`.
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +31,7 @@ from harness.experiment import VariantSkipped
 from harness.measure import TimingSettings, measure
 from harness.profile.occupancy import SmLimits
 from harness.workloads import build_workload
+from tests.triton_helpers import compile_for_hopper, interpreter_results
 
 # A fixed bound for these checks against the baseline's output; a run derives its bound per card from the
 # float64 reference (harness.correctness, tests/test_correctness.py).
@@ -233,14 +231,7 @@ def test_triton_kernel_in_the_interpreter():
     """Triton's interpreter runs the kernel on CPU tensors. It must be on before triton is first
     imported (its own @jit library functions, tl.cdiv among them, are made at import), hence a child
     process."""
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(filter(None, [
-        str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", _INTERPRETER_SCRIPT], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULTS "))
-    results = json.loads(line[len("RESULTS "):])
+    results = interpreter_results(_INTERPRETER_SCRIPT)
     assert len(results) == 12
     bad = [r for r in results if not (r["feasible"] and r["dtype_ok"])]
     assert not bad, bad
@@ -250,35 +241,19 @@ def test_triton_kernel_in_the_interpreter():
 def test_triton_kernel_compiles_for_hopper_with_the_estimated_shared_memory():
     """Ahead-of-time sm_90 compile (Triton's bundled ptxas, no GPU): pipelined wgmma, and the shared
     memory the compiler assigns is the launch check's estimate."""
-    triton = pytest.importorskip("triton")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    pytest.importorskip("triton")
     if kernel.triton is None:
         pytest.skip("experiments.dit_gemm_tiles was imported without triton")
     config = tile_math.TileConfig(128, 128, 64, 8, 4, 8)
     m, n, k = 1170, 5120, 5120
-    names = ["a_ptr", "w_ptr", "bias_ptr", "c_ptr", "M", "N", "K",
-             "stride_am", "stride_ak", "stride_wn", "stride_wk", "stride_cm", "stride_cn"]
+    pointers = {name: "*bf16" for name in ("a_ptr", "w_ptr", "bias_ptr", "c_ptr")}
     values = {"M": m, "N": n, "K": k, "stride_am": k, "stride_ak": 1, "stride_wn": k, "stride_wk": 1,
               "stride_cm": n, "stride_cn": 1}
-    signature = {name: "*bf16" if name.endswith("_ptr") else "i32" for name in names}
     constants = {"HAS_BIAS": True, "BLOCK_M": config.BLOCK_M, "BLOCK_N": config.BLOCK_N,
                  "BLOCK_K": config.BLOCK_K, "GROUP_M": config.GROUP_M, "INPUT_PRECISION": "ieee"}
-    # What the JIT specializes at launch: unit strides as constants, 16-aligned pointers and sizes.
-    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(names)
-             if name.endswith("_ptr") or values[name] % 16 == 0}
-    for name, value in values.items():
-        if value == 1:
-            constants[name] = 1
-    signature.update({name: "constexpr" for name in constants})
-    try:
-        compiled = triton.compile(ASTSource(fn=kernel._linear_kernel, signature=signature, constexprs=constants,
-                                            attrs=attrs),
-                                  target=GPUTarget("cuda", 90, 64),
-                                  options={"num_warps": config.num_warps, "num_stages": config.num_stages})
-    except (RuntimeError, FileNotFoundError) as exc:  # no ptxas in this Triton install
-        pytest.skip(f"no sm_90 toolchain here: {exc}")
+    signature = {**pointers, **dict.fromkeys(values, "i32"), **dict.fromkeys(constants, "constexpr")}
+    compiled = compile_for_hopper(kernel._linear_kernel, signature, values, constants, config.num_warps,
+                                  config.num_stages)
     assert compiled.metadata.shared == config.smem_bytes(2)
     assert "warp_group_dot" in compiled.asm["ttgir"] and "async_copy" in compiled.asm["ttgir"]
 

@@ -5,14 +5,14 @@ a GPU. Skipped without triton (`pip install triton`; no GPU needed)."""
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.triton_helpers import compile_for_hopper, interpreter_results
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,17 +43,27 @@ print("RESULTS " + json.dumps(results))
 
 @pytest.mark.triton
 def test_triton_cast_kernel_in_the_interpreter() -> None:
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", _CAST_SCRIPT], cwd=ROOT, env=env, check=False, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULTS "))
-    results = json.loads(line[len("RESULTS "):])
+    results = interpreter_results(_CAST_SCRIPT, timeout=600)
     assert len(results) == 12
     bad = [r for r in results if not r["equal"]]
     assert not bad, bad
+
+
+@pytest.mark.parametrize("vector_width, load", [(4, "ld.global.v4.b32"), (1, "ld.global.b32")])
+@pytest.mark.triton
+def test_triton_cast_kernel_compiles_for_hopper_with_the_vector_width_asked(vector_width: int, load: str) -> None:
+    """sm_90 PTX of the fp32 -> uint8 cast at 256 threads a program: `vector_width` elements per thread are
+    read as one load that wide (4 x 4 B = 16 B, the widest), which is the variant's whole point."""
+    pytest.importorskip("triton")
+    from experiments.output_cast import _triton_kernel
+
+    _, kernel = _triton_kernel()
+    threads = 256
+    compiled = compile_for_hopper(
+        kernel, {"src": "*fp32", "dst": "*u8", "n": "i32", "BLOCK": "constexpr", "VIA_INT64": "constexpr"},
+        {"n": 3 * 9 * 480 * 832}, {"BLOCK": threads * vector_width, "VIA_INT64": True}, threads // 32, 1)
+    loads = set(re.findall(r"ld\.global[.\w]*", compiled.asm["ptx"]))
+    assert loads == {load}
 
 
 @pytest.mark.triton

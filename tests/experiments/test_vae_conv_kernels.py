@@ -11,11 +11,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import json
 import math
-import os
-import subprocess
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -33,6 +29,7 @@ from harness.correctness import Rule, Standard, judge_baseline
 from harness.experiment import VariantSkipped
 from harness.tiles import HOPPER, TileConfig, executed_flops, launch_problem
 from harness.workloads import build_workload
+from tests.triton_helpers import compile_for_hopper, interpreter_results
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -352,14 +349,7 @@ print("RESULTS " + json.dumps(results))
 def test_triton_conv_kernel_in_the_interpreter():
     """Against F.conv3d in float64, fp32 and fp16 (the interpreter's bf16 tl.dot is not exact), with and
     without bias. The interpreter must be on before triton is first imported, hence a child process."""
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(filter(None, [
-        str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", _INTERPRETER_SCRIPT], cwd=ROOT, env=env, check=False,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULTS "))
-    results = json.loads(line[len("RESULTS "):])
+    results = interpreter_results(_INTERPRETER_SCRIPT)
     assert len(results) == 20
     bad = [r for r in results if not (r["feasible"] and r["dtype_ok"] and r["layout_ok"])]
     assert not bad, bad
@@ -368,10 +358,6 @@ def test_triton_conv_kernel_in_the_interpreter():
 def _compile_for_hopper(config: TileConfig, precision: str) -> Any:
     """The kernel compiled ahead of time for sm_90 (Triton's bundled ptxas, no GPU) at the 480x832 96->96
     card's full shape, fp32, specialized as the JIT would at launch."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     from experiments.vae_conv_kernels import kernel
 
     shape = {"input": [1, 96, 6, 482, 210], "weight": [96, 96, 3, 3, 3], "output": [1, 96, 4, 480, 208],
@@ -384,16 +370,11 @@ def _compile_for_hopper(config: TileConfig, precision: str) -> Any:
     constants: dict[str, Any] = {**dict.fromkeys(("KT", "KH", "KW"), 3),
                                  **dict.fromkeys(("PAD_T", "PAD_H", "PAD_W"), 0),
                                  **dict.fromkeys(("STRIDE_T", "STRIDE_H", "STRIDE_W", "DIL_T", "DIL_H", "DIL_W"), 1),
-                                 **{name: 1 for name, value in values.items() if value == 1},  # unit strides (JIT)
                                  "HAS_BIAS": True, "INPUT_PRECISION": precision,
                                  **{k: v for k, v in asdict(config).items() if k not in ("num_stages", "num_warps")}}
     signature = {name: "constexpr" if name in constants else "*fp32" if name.endswith("_ptr") else "i32"
                  for name in names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(names)
-             if name.endswith("_ptr") or (name in values and values[name] % 16 == 0)}
-    return triton.compile(ASTSource(fn=kernel._conv3d_kernel, signature=signature, constexprs=constants, attrs=attrs),
-                          target=GPUTarget("cuda", 90, 64),
-                          options={"num_warps": config.num_warps, "num_stages": config.num_stages})
+    return compile_for_hopper(kernel._conv3d_kernel, signature, values, constants, config.num_warps, config.num_stages)
 
 
 @pytest.mark.triton
@@ -406,10 +387,7 @@ def test_triton_conv_kernel_compiles_for_hopper_with_the_estimated_shared_memory
     if kernel.triton is None:
         pytest.skip("experiments.vae_conv_kernels was imported without triton")
     config = TileConfig(128, 64, 32, 8, 3, 4)
-    try:
-        tf32 = _compile_for_hopper(config, "tf32")
-    except (RuntimeError, FileNotFoundError) as exc:  # no ptxas in this Triton install
-        pytest.skip(f"no sm_90 toolchain here: {exc}")
+    tf32 = _compile_for_hopper(config, "tf32")
     assert tf32.metadata.shared == config.smem_bytes(4) == 3 * (128 * 32 + 32 * 64) * 4
     assert "warp_group_dot" in tf32.asm["ttgir"] and "async_copy" in tf32.asm["ttgir"]
     assert "warp_group_dot" not in _compile_for_hopper(config, "ieee").asm["ttgir"]
