@@ -17,6 +17,8 @@ its status (ok, failed, timeout, skipped), seconds, one line of result and its h
   fixture            the smallest .ncu-rep and its raw-page CSV into $OUT, both parsed back (future fixtures)
   channels_last_ncu  vae_channels_last under ncu on one conv3d card: do the nchwToNhwc/nhwcToNchw
                      transposes show in the baseline, and in the channels_last_3d variant?
+  conv_kernels_ncu   vae_conv_kernels under ncu on the same conv card: cuDNN's algorithm choice, the Triton
+                     implicit-GEMM tiles, frame batching; which kernels each trial ran, the card's evidence
   gpu_tests          the gpu/ncu-marked unit tests (not tests/app): Triton GEMM and cast, CuPy GEMV, SDPA
   aa_timing          an A/A pair through the paired-rounds verdict with CUDA events, SM clock per round
   reproduction       a handful of cards re-profiled at scale 1 against the report -> reproduction.md
@@ -862,6 +864,30 @@ def step_channels_last_ncu(check: Check, step: Step, timeout: float) -> Outcome:
     return Outcome("ok", text, numbers)
 
 
+def step_conv_kernels_ncu(check: Check, step: Step, timeout: float) -> Outcome:
+    """vae_conv_kernels under ncu on the conv card with transposes: cuDNN's algorithm choice and the Triton
+    implicit-GEMM tiles (on the device), which kernels each ran, and the card's evidence (waves, padding)."""
+    overrides = ["experiment=vae_conv_kernels", f"cards=[{CONV_WITH_TRANSPOSES}]", "search.n_trials=4"]
+    if check.cuda and not check.dry_run:
+        overrides.append("workload.scale=1.0")
+    proc, run_dir = _experiment(check, step, timeout, "conv_kernels_ncu", overrides, "conv_kernels")
+    _ok_or_fail(proc, "experiment=vae_conv_kernels")
+    tried: dict[str, dict[str, Any]] = {}
+    for trial in sorted((run_dir / "trials").glob("*/trial_*.json")):
+        variant = re.sub(r"^trial_\d+_", "", trial.stem)
+        names = [n for c in _cards(trial) for n in _kernel_names(c)]
+        tried[variant] = {"kernels": sorted({n[:80] for n in names})[:4],
+                          "transposes": sum(bool(TRANSPOSE.search(n)) for n in names)}
+    diff = next(iter((_read_json(run_dir / "diff.json") or {}).get("cards") or []), {})
+    best = _cards(run_dir / "tried.json")
+    numbers = {"trials": tried, "speedup": diff.get("speedup"), "timing_verdict": diff.get("timing_verdict"),
+               "variant": (diff.get("variant") or {}).get("label"), "conv_evidence": (best[0].get("conv") if best else None)}
+    text = f"{len(tried)} trials ({', '.join(tried) or 'none'})"
+    if diff.get("speedup"):
+        text += f"; best {numbers['variant']} {diff['speedup']:.2f}x {diff.get('timing_verdict')}"
+    return Outcome("ok", text, numbers)
+
+
 def step_gpu_tests(check: Check, step: Step, timeout: float) -> Outcome:
     argv = [check.python, "-m", "pytest", "-q", "-m", "gpu or ncu", "tests", "--ignore=tests/app",
             "-p", "no:cacheprovider", "-o", "addopts=-ra"]
@@ -931,7 +957,8 @@ def step_chunk_trace(check: Check, step: Step, timeout: float) -> Outcome:
         left = max(MIN_STEP_S, timeout / (len(names) - index))
         scale = "workload.scale=1.0" if device_form else "workload.scale=0.04"
         args = [a for a in check.common(device_form) if not a.startswith("workload.scale=")]
-        args += [f"experiment={name}", scale, "search.n_trials=3"] + (["profiler=torch_cuda"] if device_form else [])
+        trials = "search.n_trials=3" if device_form else "search.n_trials=1"  # a whole block a call on a CPU
+        args += [f"experiment={name}", scale, trials] + (["profiler=torch_cuda"] if device_form else [])
         proc, run_dir = check.harness_run(step, f"chunk_{name}", args, left)
         timeout -= left
         if proc.returncode != 0:
@@ -1029,6 +1056,8 @@ STEPS = [
     Step("fixture", 10, 0, ("cuda", "ncu", "harness"), _wrap(step_fixture), "one .ncu-rep + raw page into $OUT"),
     Step("channels_last_ncu", 50, 50, ("cuda", "ncu", "harness"), _wrap(step_channels_last_ncu),
          "vae_channels_last under ncu: transposes"),
+    Step("conv_kernels_ncu", 45, 45, ("cuda", "ncu", "harness"), _wrap(step_conv_kernels_ncu),
+         "vae_conv_kernels under ncu: cuDNN algorithms, Triton conv tiles"),
     Step("gpu_tests", 45, 0, ("cuda", "harness"), _wrap(step_gpu_tests), "gpu/ncu-marked unit tests"),
     Step("aa_timing", 20, 25, ("cuda", "harness"), _wrap(step_aa_timing), "A/A pair, SM clock"),
     Step("reproduction", 60, 60, ("cuda", "harness"), _wrap(step_reproduction), "cards vs the report -> reproduction.md"),
