@@ -22,7 +22,8 @@ from torch.overrides import TorchFunctionMode
 from experiments.vae_bf16 import _cpu_has_bf16_math
 from harness.chunks import attribute
 from harness.experiment import Experiment, Prepared, VariantSkipped
-from harness.workloads.base import Workload, dtype_name
+from harness.rounds import label_text
+from harness.workloads.base import Workload, dtype_name, parse_dtype
 
 EXPERIMENT = Experiment(
     name="vae_decode_chunk",
@@ -135,6 +136,27 @@ def low_precision(w: Workload, dtype: str = "bfloat16") -> Prepared:
 def channels_last_low_precision(w: Workload, dtype: str = "bfloat16") -> Prepared:
     """Both: the decoder, its cache and the latent in bf16 or fp16 and channels_last_3d end to end."""
     return _variant(w, _DTYPES[dtype], channels_last=True)
+
+
+@EXPERIMENT.variant
+def composed(w: Workload) -> Prepared:
+    """What the op-card runs of `experiment.compose_from` adopted on this chunk's conv cards, composed on the
+    whole decoder through what each adopted variant carries (harness.rounds): a channels_last_3d input or
+    weight keeps the decoder channels_last_3d end to end, a dtype puts the decoder in it."""
+    carried = [(card_id, entry, change) for card_id, entries in w.adopted.items() for entry in entries
+               for change in (entry.get("carries") or {}).values()]
+    if not carried:
+        why = ("no op-card run given (experiment.compose_from=<best.json>)" if not w.adopted else
+               f"the adopted variants on {', '.join(sorted(w.adopted))} carry no layout or dtype to compose")
+        raise VariantSkipped(why)
+    dtypes = {change["dtype"] for _, _, change in carried if "dtype" in change}
+    if len(dtypes) > 1:
+        raise VariantSkipped(f"the op cards adopted different dtypes ({', '.join(sorted(dtypes))}): one decoder "
+                             "runs in one")
+    channels_last = any(change.get("memory_format") == "channels_last_3d" for _, _, change in carried)
+    prepared = _variant(w, parse_dtype(dtypes.pop(), "an adopted dtype") if dtypes else None, channels_last)
+    prepared.facts["composed"] = sorted({f"{card_id}: {label_text(entry)}" for card_id, entry, _ in carried})
+    return prepared
 
 
 @EXPERIMENT.annotate

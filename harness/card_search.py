@@ -9,22 +9,23 @@ from __future__ import annotations
 import logging
 import sys
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import optuna
 from tqdm import tqdm
 
 from harness.cards.checks import check_named
 from harness.cards.diff import calls_per_invocation
-from harness.cards.model import Card, Report, load_report, parse_report, save_report
+from harness.cards.model import Card, Report, ReportError, load_report, parse_report, save_report
 from harness.cards.noise import paired_verdict
 from harness.measure import TimingSettings
 from harness.rounds import (
     APPLIED_KEY,
-    RoundError,
+    adopted_by_card,
     applied_entry,
     applied_of,
     label_text,
+    RoundError,
 )
 from harness.run_state import CardOutcome, RunContext, RunError, same_band
 from harness.search import (
@@ -46,6 +47,7 @@ from harness.worker import (
     quiet_trial_failures,
     worker_for,
 )
+from harness.workloads.base import CHUNK_OP_KINDS
 from harness.workloads.registry import cast_frames_from_report
 
 log = logging.getLogger("harness")
@@ -85,6 +87,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
                      builds_on=[label_text(a) for a in applied])
     correctness = dict(cfg["experiment"]["correctness"])  # harness.correctness.Rule: judged in the worker
     spec = TrialSpec(
+        adopted=_adopted_in_chunk(cfg, card),
         card=card.to_dict(), experiment_module=cfg["experiment"]["module"], device=ctx.device, scale=scale,
         seed=int(workload_cfg.get("seed", 0)), inputs_dir=(cfg.get("inputs") or {}).get("dir"),
         attention=dict(workload_cfg.get("attention") or {}), cast=cast_cfg, warmup=ctx.settings.warmup,
@@ -255,6 +258,18 @@ def progress(total: int, what: str) -> Iterator[Any]:
             log.info("%s: trial %d of %d done", what, self.done, total)
 
     yield Lines()
+
+
+def _adopted_in_chunk(cfg: Mapping[str, Any], card: Card) -> dict[str, list[dict[str, Any]]]:
+    """For a chunk card: what the runs of `experiment.compose_from` (best.json files) adopted on its op cards."""
+    given = (cfg.get("experiment") or {}).get("compose_from")
+    if not given or card.op_kind not in CHUNK_OP_KINDS:
+        return {}
+    paths = [given] if isinstance(given, str) else list(given)
+    try:
+        return adopted_by_card([load_report(path) for path in paths], card.extra.get("contains") or [])
+    except (ReportError, RoundError) as exc:
+        raise RunError(f"experiment.compose_from: {exc}") from None
 
 
 def confirm(ctx: RunContext, session: CardSession, base_card: Card, tried: Card, variant: str,

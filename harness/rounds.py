@@ -105,6 +105,18 @@ def applied_entry(*, experiment: str, module: str, variant: str, params: Mapping
     }
 
 
+def adopted_by_card(reports: Iterable[Any], card_ids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+    """What earlier runs' best.json reports adopted on each of `card_ids` (the applied entries, oldest first),
+    for a chunk card that contains those op cards to compose; later reports win for a card given twice."""
+    wanted = set(card_ids)
+    found: dict[str, list[dict[str, Any]]] = {}
+    for report in reports:
+        for card in report.cards:
+            if card.id in wanted and applied_of(card.extra):
+                found[card.id] = applied_of(card.extra)
+    return found
+
+
 def label_text(entry: Mapping[str, Any]) -> str:
     params = entry.get("params") or {}
     shown = f"({', '.join(f'{k}={v}' for k, v in params.items())})" if params else ""

@@ -38,6 +38,8 @@ class TrialSpec:
     role: str = BASELINE  # baseline, trial, drift, confirm ...
     variant: str | None = None  # the variant a trial runs (the baseline's name for role baseline)
     params: dict[str, Any] = field(default_factory=dict)
+    # A chunk card's contained op cards' adopted variants (harness.rounds.adopted_by_card), to compose.
+    adopted: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def card_id(self) -> str:
@@ -72,7 +74,7 @@ def build_trial_workload(spec: TrialSpec, card: Card, experiment: Experiment) ->
         card, device=spec.device, dtype=dtype or experiment.workload_dtype, scale=spec.scale, seed=spec.seed,
         inputs_dir=spec.inputs_dir, attention=AttentionConfig(**spec.attention), cast=CastConfig(**spec.cast),
     )
-    workload = experiment.measured_workload(workload)
+    workload = experiment.measured_workload(replace(workload, adopted=spec.adopted))
     return workload, carry(workload, applied)
 
 

@@ -35,12 +35,15 @@ def test_a_chunk_card_not_in_the_report_is_rebuilt_from_the_spec_alone(tmp_path:
     report = load_report()
     chunk = next(c for c in add_chunk_cards(lint_report(report).normalized).cards if c.op_kind == "vae_decode")
     assert chunk.id not in {c.id for c in report.cards}
-    spec = TrialSpec(card=chunk.to_dict(), experiment_module="experiments.vae_decode_chunk", device="cpu", scale=0.04)
+    adopted = {chunk.extra["contains"][0]: [{"experiment": "e", "module": "m", "variant": "v", "carries": {}}]}
+    spec = TrialSpec(card=chunk.to_dict(), experiment_module="experiments.vae_decode_chunk", device="cpu", scale=0.04,
+                     adopted=adopted)
     rebuilt = TrialSpec.from_json(json.loads(json.dumps(spec.to_json())))
     experiment = load_experiment(rebuilt.experiment_module)
     workload, _ = build_trial_workload(rebuilt, rebuilt.load_card(), experiment)
     assert workload.op_kind == "vae_decode"
     assert list(workload.inputs["latent"].shape)[:2] == [1, 16]  # the Wan 2.1 latent: 16 channels
+    assert workload.adopted == adopted  # what compose_from's runs adopted reaches the chunk's variants
 
 
 def test_ncu_trial_folders_are_named_by_card_role_variant_and_params(tmp_path: Path):

@@ -215,6 +215,9 @@ class Workload:
     _reference: Callable[[torch.dtype], torch.Tensor] | None = field(default=None, repr=False)
     # The model a chunk workload runs (CHUNK_OP_KINDS; None for one op): variants derive theirs from it.
     module: torch.nn.Module | None = field(default=None, repr=False)
+    # For a chunk workload: what earlier op-card runs adopted on the cards it contains, by card id
+    # (harness.rounds entries, `experiment.compose_from`), for a variant to compose them on the whole module.
+    adopted: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def reference(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """The baseline output recomputed in a wide dtype (on the inputs' device) from the same inputs.

@@ -155,6 +155,39 @@ def test_low_precision_is_skipped_with_the_reason_on_a_cpu_without_bf16_math(tin
             CHUNK.prepare(variant, tiny, {"dtype": "float16"})
 
 
+def _adopted(variant: str, carries: dict) -> dict:
+    return {"experiment": "vae_channels_last", "module": "experiments.vae_channels_last", "variant": variant,
+            "params": {}, "carries": carries}
+
+
+def test_composed_applies_what_the_op_card_runs_adopted(tiny, report, monkeypatch):
+    """compose_from's best.json: a conv card that adopted channels_last_3d makes the decoder channels_last_3d
+    end to end; a dtype adopted too lowers it; nothing adopted, or nothing carried, is a skip with the reason."""
+    import dataclasses
+
+    from harness.cards.model import Report
+    from harness.rounds import adopted_by_card
+
+    conv = "vae-480-conv3d-96to96k333t6-13c157"
+    kept = report.card(conv)
+    kept.extra = {**kept.extra, "applied": [_adopted("channels_last_3d", {"input": {"memory_format": "channels_last_3d"}})]}
+    adopted = adopted_by_card([Report(cards=[kept])], _chunk(report, "480").extra["contains"])
+    assert list(adopted) == [conv]
+
+    prepared = CHUNK.prepare("composed", dataclasses.replace(tiny, adopted=adopted), {})
+    assert prepared.facts["conv3d_inputs_channels_last"].endswith("of 34") and prepared.precision is None
+    assert prepared.facts["composed"] == [f"{conv}: vae_channels_last: channels_last_3d"]
+
+    with pytest.raises(VariantSkipped, match="compose_from"):
+        CHUNK.prepare("composed", tiny, {})
+    plain = {conv: [_adopted("ncdhw_tuned", {})]}
+    with pytest.raises(VariantSkipped, match="carry no layout or dtype"):
+        CHUNK.prepare("composed", dataclasses.replace(tiny, adopted=plain), {})
+    monkeypatch.setattr("experiments.vae_decode_chunk._cpu_has_bf16_math", lambda: True)
+    lowered = {conv: [_adopted("low_precision", {"input": {"dtype": "bfloat16"}, "weight": {"dtype": "bfloat16"}})]}
+    assert CHUNK.prepare("composed", dataclasses.replace(tiny, adopted=lowered), {}).precision == "bfloat16"
+
+
 @pytest.mark.slow
 def test_vae_decode_chunk_end_to_end(tmp_path):
     pytest.importorskip("diffusers", reason="the chunk extra (pip install -e '.[chunk]') is not installed")
