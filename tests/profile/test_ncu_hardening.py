@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 import harness.profile.ncu_backend as backend
-from harness.cards.model import Card, Kernel, empty_metrics
+from harness.cards.model import Card, Kernel, empty_metrics, load_report
 from harness.profile.base import WorkloadFacts
 from harness.profile.ncu.command import profile_command
 from harness.profile.ncu.failures import detect
@@ -36,6 +36,7 @@ from harness.profile.ncu.parse import (
 )
 from harness.profile.ncu.runner import run_command
 from harness.profile.ncu.units import to_report_unit
+from harness.trial_spec import TrialSpec
 from tests.processes import alive, wait_dead
 
 REPO = Path(__file__).resolve().parents[2]
@@ -232,11 +233,16 @@ def test_keep_dir_keeps_one_report_per_card_and_trial(tmp_path: Path, monkeypatc
     profiler = backend.NcuProfiler({"executable": str(fake_ncu), "keep_dir": str(keep),
                                     "available_metrics": str(query)})
     facts = WorkloadFacts(flops=None, min_bytes=None, dtype="float32", op_kind="linear")
+    def make(card_id: str, role: str, variant: str, params: dict) -> TrialSpec:
+        card = {**load_report().cards[0].to_dict(), "id": card_id}
+        return TrialSpec(card=card, experiment_module="m", device="cuda", scale=1.0, role=role, variant=variant,
+                         params=params)
+
     specs = [
-        {"card_id": "card-a", "role": "baseline", "variant": "as_is", "params": {}},
-        {"card_id": "card-a", "role": "trial", "variant": "tiles", "params": {"BLOCK_M": 64}},
-        {"card_id": "card-a", "role": "trial", "variant": "tiles", "params": {"BLOCK_M": 64}},
-        {"card_id": "card/b", "role": "baseline", "variant": "as_is", "params": {}},
+        make("card-a", "baseline", "as_is", {}),
+        make("card-a", "trial", "tiles", {"BLOCK_M": 64}),
+        make("card-a", "trial", "tiles", {"BLOCK_M": 64}),
+        make("card/b", "baseline", "as_is", {}),
     ]
     profiles = [profiler.profile(lambda: None, facts, spec) for spec in specs]
     reports = sorted(p.relative_to(keep).as_posix() for p in keep.rglob("trial.ncu-rep"))
@@ -244,7 +250,8 @@ def test_keep_dir_keeps_one_report_per_card_and_trial(tmp_path: Path, monkeypatc
     assert reports[0].startswith("card-a/000_baseline_as_is/") and reports[1].startswith("card-a/001_trial_tiles_")
     assert reports[2].startswith("card-a/002_trial_tiles_") and reports[3].startswith("card-b/000_baseline_as_is/")
     for folder in {Path(r).parent for r in reports}:
-        assert json.loads((keep / folder / "trial_spec.json").read_text())["nvtx_range"]
+        written = json.loads((keep / folder / "trial_spec.json").read_text())
+        assert written["nvtx_range"] and written["spec"]["card"]["id"] in ("card-a", "card/b")  # the card travels
     # The chip lacks the report's tensor metric: its alternative is requested, and the profile says so.
     requested = seen[0][seen[0].index("--metrics") + 1].split(",")
     assert GMMA in requested and TENSOR not in requested
