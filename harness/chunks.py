@@ -18,7 +18,8 @@ resolution (op kind `vae_decode`, harness.workloads.vae_decode), derived from th
   `summed_kernel_us`: that stays empty, so the report's stage totals do not count the VAE twice.
 
 A measured chunk card's kernels are every CPU op the chunk ran, one per op, input shapes and the top-level
-op it ran under (the CPU profiler's per-shape profile), and `attribute` names on each the contained card
+op it ran under (the CPU profiler's per-shape profile; on a GPU, torch_cuda's kernels with the op and scope
+that launched them, read from the trace), and `attribute` names on each the contained card
 of its top-level convolution's shape: a conv's own copies count toward its card, as in the op card.
 `op_breakdown` puts the two sides of a diff row side by side per contained card, plus `other`
 (everything no op card stands for: norms, SiLU, upsampling, the 2-D convs, attention, copies), so the

@@ -23,8 +23,9 @@ so the report's stage totals do not count the DiT twice.
 
 A measured kernel is attributed by module scope where its op runs inside a linear's profiler scope
 (`SCOPE` + module name: the shape alone cannot tell q from the output projection), and by shape for the
-attention (its query and key lengths). On a GPU the torch_cuda and ncu backends list kernels without
-their CPU op, and torch.compile drops the scopes: those kernels count as `other`.
+attention (its query and key lengths). On a GPU the torch_cuda backend names each kernel's launching op
+and scope from the trace (harness.profile.torch_trace: Trace.callers); the ncu backend does not, and
+torch.compile drops the scopes: those kernels count as `other`.
 """
 
 from __future__ import annotations

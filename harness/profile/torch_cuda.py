@@ -119,7 +119,13 @@ def build_profile(
             if k is dominant
             else {}
         )
-        kernels.append(_kernel(k, limits, estimate))
+        kernel = _kernel(k, limits, estimate)
+        if facts.per_shape:  # a chunk: which op of the model each kernel belongs to (harness.chunks.attribute)
+            callers = trace.callers(k)
+            if callers:
+                kernel.extra.update(within=callers[0].name, within_shapes=callers[0].input_dims,
+                                    launched_by=callers[-1].name)
+        kernels.append(kernel)
         if any(v > 100.0 for v in estimate.values()):
             shown = ", ".join(f"{name}={value:.0f}" for name, value in estimate.items())
             notes.append(
@@ -219,17 +225,18 @@ class TorchCudaProfiler:
     def profile(self, fn: Callable[[], Any], facts: WorkloadFacts) -> Profile:
         """Run `fn` (already warmed up) once under torch.profiler and return its kernels."""
         ensure_cuda()
-        trace_path, trace = self._record(fn)
+        trace_path, trace = self._record(fn, record_shapes=facts.per_shape)
         peaks = for_current_device(self.device, self.measured_peaks)
         settings = {"trace_path": str(trace_path) if trace_path else None}
         return build_profile(trace, facts, peaks, Tf32Switches.current(), settings)
 
-    def _record(self, fn: Callable[[], Any]) -> tuple[Path | None, Trace]:
+    def _record(self, fn: Callable[[], Any], record_shapes: bool = False) -> tuple[Path | None, Trace]:
         import torch
         from torch.profiler import ProfilerActivity, profile
 
         torch.cuda.synchronize(self.device)  # earlier work must not land inside the trace
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        # Shapes for a chunk: its kernels are attributed to op cards by their top-level op's input shapes.
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=record_shapes) as prof:
             fn()
             torch.cuda.synchronize(self.device)
         if self.trace_dir is not None:

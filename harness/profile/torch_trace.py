@@ -13,6 +13,12 @@ its args mean (libkineto CuptiActivity / DeviceProperties):
   blockLimitSharedMem, ...), kept verbatim here.
 The top-level "deviceProperties" list holds cudaGetDeviceProperties fields per device id.
 
+Which host code launched a kernel: the kernel's "correlation" is that of the CUDA runtime (or driver) call
+that launched it, and the host ranges around that call on its thread (`cpu_op` events, with their "Input
+Dims" when the profile recorded shapes, and `user_annotation` ranges: record_function scopes) are its
+callers, outermost first (`Trace.callers`). Matching by time on the launching thread holds for every
+Kineto version; the "External id" linking a kernel to its op changed meaning between versions.
+
 Waves are computed from the launch configuration and the device limits with
 harness.profile.occupancy, which reproduces the trace's own occupancy estimate (tests check that).
 """
@@ -23,7 +29,7 @@ import gzip
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +78,34 @@ class TraceKernel:
 
 
 @dataclass(frozen=True)
+class HostRange:
+    """A host op (`cpu_op`) or record_function scope (`user_annotation`) of the trace."""
+
+    name: str
+    tid: int | None
+    ts_us: float
+    dur_us: float
+    input_dims: list[Any] | None  # "Input Dims": the op's argument shapes, when shapes were recorded
+
+    def contains(self, tid: int | None, ts_us: float) -> bool:
+        return tid == self.tid and self.ts_us <= ts_us <= self.ts_us + self.dur_us
+
+
+@dataclass(frozen=True)
 class Trace:
     kernels: list[TraceKernel]
     devices: dict[int, TraceDevice]
     source: str
+    host_ranges: list[HostRange] = field(default_factory=list)
+    launches: dict[int, tuple[int | None, float]] = field(default_factory=dict)  # correlation -> (tid, ts)
+
+    def callers(self, kernel: TraceKernel) -> list[HostRange]:
+        """The host ranges around the call that launched `kernel`, outermost first ([] when not traced)."""
+        launch = self.launches.get(kernel.correlation) if kernel.correlation is not None else None
+        if launch is None:
+            return []
+        around = [r for r in self.host_ranges if r.contains(*launch)]
+        return sorted(around, key=lambda r: (r.ts_us, -r.dur_us))
 
     def device_of(self, kernel: TraceKernel) -> TraceDevice | None:
         if kernel.device is None:
@@ -128,7 +158,16 @@ def parse_trace(obj: Any, source: str = "<memory>") -> Trace:
         and event.get("ph", "X") == "X"
     ]
     kernels.sort(key=lambda k: k.ts_us)
-    return Trace(kernels=kernels, devices=devices, source=source)
+    host, launches = [], {}
+    for event in obj["traceEvents"]:
+        category = str(event.get("cat", "")).lower() if isinstance(event, dict) else ""
+        args = event.get("args") if isinstance(event, dict) and isinstance(event.get("args"), dict) else {}
+        if category in ("cpu_op", "user_annotation") and event.get("ph", "X") == "X":
+            host.append(HostRange(str(event.get("name", "")), _int(event.get("tid")), _float(event.get("ts")) or 0.0,
+                                  _float(event.get("dur")) or 0.0, args.get("Input Dims")))
+        elif category in ("cuda_runtime", "cuda_driver") and _int(args.get("correlation")) is not None:
+            launches[_int(args.get("correlation"))] = (_int(event.get("tid")), _float(event.get("ts")) or 0.0)
+    return Trace(kernels=kernels, devices=devices, source=source, host_ranges=host, launches=launches)
 
 
 def launch_stats(kernel: TraceKernel, limits: SmLimits) -> LaunchStats | None:

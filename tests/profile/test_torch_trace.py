@@ -336,3 +336,45 @@ def test_build_profile_notes_and_missing_peaks(triton):
 
     empty = build_profile(parse_trace({"traceEvents": []}), facts, lookup("NVIDIA H200"), Tf32Switches(True, False))
     assert empty.kernels == [] and any("no CUDA kernels" in n for n in empty.notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Which host op launched each kernel (chunk cards attribute GPU kernels by it)
+
+
+def test_every_kernel_of_the_real_traces_has_its_launching_ops_outermost_first():
+    trace = load_trace(SIMPLE_ADD)
+    assert all(trace.callers(k) for k in trace.kernels)  # all 79 launches are in the trace
+    conv = next(k for k in trace.kernels if k.name.startswith("cudnn_ampere_scudnn"))
+    names = [r.name for r in trace.callers(conv)]
+    ops = [n for n in names if n.startswith("aten::")]
+    assert ops == ["aten::conv2d", "aten::convolution", "aten::_convolution", "aten::cudnn_convolution"]
+    compiled = load_trace(TRITON)
+    assert [r.name for r in compiled.callers(compiled.kernels[0])] == ["Torch-Compiled Region: 0/0",
+                                                                       "triton_poi_fused_add_cos_sin_0"]
+
+
+def _planted_chunk_trace() -> dict:
+    """A scope around a linear, and a conv outside any scope, each launching one kernel (Kineto's schema)."""
+    host = [("user_annotation", "dit_block/attn1.to_q", 0, 100, None),
+            ("cpu_op", "aten::linear", 10, 80, [[1, 12, 5120], [5120, 5120], [5120]]),
+            ("cpu_op", "aten::conv3d", 200, 50, [[1, 96, 6, 10, 10], [96, 96, 3, 3, 3], [96], [], [], [], []])]
+    events = [{"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+               "args": {"Input Dims": dims} if dims else {}} for cat, name, ts, dur, dims in host]
+    for correlation, ts in ((7, 20), (9, 210)):
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts,
+                       "dur": 3, "args": {"correlation": correlation}})
+        events.append({"ph": "X", "cat": "kernel", "name": f"kernel_{correlation}", "pid": 0, "tid": 7,
+                       "ts": ts + 5, "dur": 4, "args": {"correlation": correlation, "device": 0}})
+    return {"traceEvents": events}
+
+
+def test_a_chunks_kernels_name_the_op_or_scope_they_ran_under():
+    trace = parse_trace(_planted_chunk_trace())
+    facts = WorkloadFacts(flops=1e9, min_bytes=1e6, dtype="bfloat16", op_kind="dit_block", per_shape=True)
+    kernels = {k.name: k for k in build_profile(trace, facts, lookup("NVIDIA H200"), Tf32Switches(True, False)).kernels}
+    linear, conv = kernels["kernel_7"].extra, kernels["kernel_9"].extra
+    assert (linear["within"], linear["launched_by"]) == ("dit_block/attn1.to_q", "aten::linear")
+    assert (conv["within"], conv["within_shapes"][:2]) == ("aten::conv3d", [[1, 96, 6, 10, 10], [96, 96, 3, 3, 3]])
+    one_op = WorkloadFacts(flops=1e9, min_bytes=1e6, dtype="bfloat16", op_kind="linear")
+    assert "within" not in build_profile(trace, one_op, lookup("NVIDIA H200"), Tf32Switches(True, False)).kernels[0].extra
