@@ -127,7 +127,7 @@ case "$1" in
 esac
 """)
     check = _check(tmp_path, cuda=True, ncu=ncu)
-    outcome = gc.step_ncu_preflight(check, gc.STEPS[2], 10)
+    outcome = gc.step_ncu_preflight(check, gc.STEPS[2], 60)  # a bound, not a wait: loaded CI starts processes slowly
     assert outcome.status == "ok", outcome.result
     assert check.ncu_ok is True and check.metrics_file is not None and check.metrics_file.exists()
     assert outcome.numbers["substituted"] == {
@@ -141,7 +141,7 @@ esac
 def test_preflight_that_cannot_profile_skips_the_ncu_steps_only(tmp_path: Path) -> None:
     ncu = _fake_ncu(tmp_path, "echo '==ERROR== Failed to initialize the profiler: LibraryNotLoaded'; exit 1\n")
     check = _check(tmp_path, cuda=True, ncu=ncu, installed=True)
-    outcome = gc.step_ncu_preflight(check, gc.STEPS[2], 10)
+    outcome = gc.step_ncu_preflight(check, gc.STEPS[2], 60)  # a bound, not a wait: loaded CI starts processes slowly
     assert outcome.status == "failed" and "LibraryNotLoaded" in outcome.result
     steps = {s.name: s for s in gc.STEPS}
     for name in ("reprofile_ncu", "stalls_ncu", "fixture", "channels_last_ncu"):
