@@ -9,16 +9,16 @@ from __future__ import annotations
 import logging
 import sys
 from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import optuna
 from tqdm import tqdm
 
 from harness.cards.checks import check_named
-from harness.cards.diff import calls_per_invocation
-from harness.cards.model import Card, Report, ReportError, load_report, parse_report, save_report
+from harness.cards.model import Card, Report, ReportError, load_report, save_report
 from harness.cards.noise import paired_verdict
-from harness.measure import TimingSettings
 from harness.rounds import (
     APPLIED_KEY,
     adopted_by_card,
@@ -37,10 +37,9 @@ from harness.search import (
     remaining_trials,
     suggest,
 )
-from harness.trial_spec import TrialSpec
+from harness.jobs import OUTCOMES, ConfirmPlan, Judgement, TimingSettings, TrialJob, TrialResult, TrialStatus, status_of
 from harness.worker import (
     CardSession,
-    Reply,
     TrialFailed,
     WorkerError,
     deadline_from,
@@ -86,13 +85,6 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
         label.update(experiment=last["experiment"], variant=last["variant"], params=dict(last.get("params") or {}),
                      builds_on=[label_text(a) for a in applied])
     correctness = dict(cfg["experiment"]["correctness"])  # harness.correctness.Rule: judged in the worker
-    spec = TrialSpec(
-        adopted=_adopted_in_chunk(cfg, card),
-        card=card.to_dict(), experiment_module=cfg["experiment"]["module"], device=ctx.device, scale=scale,
-        seed=int(workload_cfg.get("seed", 0)), inputs_dir=(cfg.get("inputs") or {}).get("dir"),
-        attention=dict(workload_cfg.get("attention") or {}), cast=cast_cfg, warmup=ctx.settings.warmup,
-        applied=applied,
-    )
     profiler_cfg = dict(cfg.get("profiler") or {})
     if experiment.metric_set:
         profiler_cfg["metric_set"] = experiment.metric_set
@@ -102,18 +94,22 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     except ValueError as exc:
         raise RunError(str(exc)) from None
     worker = worker_for(ctx)
-    session = CardSession(worker, {
-        "spec": spec.to_json(), "correctness": correctness, "settings": dict(vars(ctx.settings)),
-        "rules": cfg.get("rules"), "profiler": profiler_cfg, "environment": ctx.environment,
-        "reference_path": str(trials_dir / "reference.pt"),
-    }, deadline)
+    job = TrialJob(
+        adopted=_adopted_in_chunk(cfg, card),
+        card=card.to_dict(), experiment_module=cfg["experiment"]["module"], device=ctx.device, scale=scale,
+        seed=int(workload_cfg.get("seed", 0)), inputs_dir=(cfg.get("inputs") or {}).get("dir"),
+        attention=dict(workload_cfg.get("attention") or {}), cast=cast_cfg, applied=applied,
+        reference_path=str(trials_dir / "reference.pt"), correctness=correctness, timing=ctx.settings,
+        rules=cfg.get("rules"), profiler=profiler_cfg, environment=ctx.environment,
+    )
+    session = CardSession(worker, job, deadline)
     quiet_trial_failures()
     seen = [len(worker.startups)]  # starts before this card (a worker may serve several runs)
     ctx.phases.setdefault("worker_startup_s", 0.0)
     ctx.phases.setdefault("worker_starts", 0)
 
-    def account(reply: Reply) -> Reply:
-        seconds = reply.result.get("seconds") or {}
+    def account(reply: TrialResult) -> TrialResult:
+        seconds = reply.seconds
         ctx.phases["measurement_s"] += seconds.get("timing_s", 0.0)
         ctx.phases["profiling_s"] += seconds.get("profile_s", 0.0)
         ctx.phases["setup_s"] += seconds.get("setup_s", 0.0) + seconds.get("build_s", 0.0)
@@ -132,10 +128,10 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     except WorkerError as exc:
         raise RunError(f"card {card.id}: {exc}") from None
     if not reply.ok:
-        if reply.kind == "setup":
+        if reply.status is TrialStatus.SETUP:
             raise RunError(f"card {card.id}: cannot build its workload ({reply.reason})")
         raise RunError(f"card {card.id}: the baseline {label['variant']} failed: {reply.reason}")
-    base_card = load_report(reply.result["card_path"]).cards[0]
+    base_card = load_report(str(reply.card_path)).cards[0]
     base_card.extra[APPLIED_KEY] = applied  # kept as it is when this run adopts nothing
     drift: list[dict[str, Any]] = base_card.extra.setdefault("baseline_drift", [])
 
@@ -157,44 +153,38 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
                        "trial": trial.number}
         path = trials_dir / f"trial_{trial.number:04d}_{variant}.json"
         try:
-            reply = account(session.measure(role="trial", variant=variant,
-                                            params=params,
-                                            label=trial_label, card_path=path))
+            reply = account(session.measure(role="trial", variant=variant, params=params, label=trial_label,
+                                            card_path=path))
         except WorkerError as exc:  # not this trial's fault, and no later trial can run either
             no_worker.append(str(exc))
-            trial.set_user_attr("status", "failed")
-            trial.set_user_attr("reason", str(exc))
+            reply = TrialResult(TrialStatus.FAILED, reason=str(exc))
             trial.study.stop()
-            raise TrialFailed(str(exc)) from None
-        if reply.result.get("card_path"):  # written by the worker before it answered
-            trial.set_user_attr("card", reply.result["card_path"])
-        if reply.kind == "skipped":
-            trial.set_user_attr("status", "skipped")
+        trial.set_user_attr("status", reply.status.value)
+        if reply.card_path:  # written by the worker before it answered
+            trial.set_user_attr("card", reply.card_path)
+        if reply.judgement is not None:
+            trial.set_user_attr("correctness", asdict(reply.judgement))
+        if reply.reason:
             trial.set_user_attr("reason", reply.reason)
+        state = OUTCOMES[reply.status].optuna_state
+        if state == "PRUNED":
             raise optuna.TrialPruned(reply.reason)
-        if not reply.ok:
-            trial.set_user_attr("status", "failed")
-            trial.set_user_attr("reason", reply.reason)
-            log.warning("card %s trial %d %s%s failed: %s", card.id, trial.number, variant,
-                        f" {params}" if params else "", reply.reason)
+        if state == "FAIL":
+            if not no_worker:
+                log.warning("card %s trial %d %s%s failed: %s", card.id, trial.number, variant,
+                            f" {params}" if params else "", reply.reason)
             raise TrialFailed(reply.reason)
-        result = reply.result
-        trial.set_user_attr("correctness", result["correctness"])
-        if not result["correctness"]["feasible"]:
-            trial.set_user_attr("status", "infeasible")
-            judged = result["correctness"]
-            raise optuna.TrialPruned(f"max_rel {judged['max_rel']:.3g} > bound {judged['bound']:.3g}")
-        trial.set_user_attr("status", "complete")
         try:
             again = account(session.retime(drift_settings))
         except WorkerError as exc:
-            again = Reply(False, "crash", {}, str(exc))
+            again = TrialResult(TrialStatus.CRASHED, reason=str(exc))
         if again.ok:
-            drift.append({"after_trial": trial.number, "median_us": again.result["median_us"]})
+            drift.append({"after_trial": trial.number, "median_us": again.median_us})
         else:  # the trial itself was measured; only its drift check is lost
             trial.set_user_attr("drift_error", again.reason)
             log.warning("card %s: baseline re-timing after trial %d failed: %s", card.id, trial.number, again.reason)
-        return result["median_us"] / result["calls"]
+        assert reply.per_call_us is not None  # a complete measurement is timed
+        return reply.per_call_us
 
     todo = remaining_trials(study, plan.n_trials)
     if todo:
@@ -209,15 +199,17 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
         variant = trial.user_attrs.get("variant", "?")
         params = {k.split(".", 1)[-1]: v for k, v in trial.params.items() if k != "variant"}
         key = f"{variant}({', '.join(f'{k}={v}' for k, v in params.items())})" if params else variant
-        status = trial.user_attrs.get("status")
-        if status == "skipped":
+        status = status_of(trial.user_attrs.get("status"))
+        if status is None and trial.state == optuna.trial.TrialState.FAIL:
+            status = TrialStatus.FAILED  # a trial that died before it recorded anything
+        listed = OUTCOMES[status].summary if status is not None else None
+        if listed == "skipped":
             outcome.skipped[key] = trial.user_attrs.get("reason", "")
-        elif status == "infeasible":
-            c = trial.user_attrs.get("correctness", {})
-            why = f" ({c['note']})" if c.get("note") else ""
-            outcome.infeasible[key] = (f"max_rel {c.get('max_rel', float('nan')):.3g} > bound "
-                                       f"{c.get('bound', float('nan')):.3g}{why}")
-        elif trial.state == optuna.trial.TrialState.FAIL:
+        elif listed == "infeasible":
+            judged = trial.user_attrs.get("correctness")
+            outcome.infeasible[key] = (Judgement.from_dict(judged).why_infeasible() if judged
+                                       else str(trial.user_attrs.get("reason", "")))
+        elif listed == "failed":
             stopped = trial.system_attrs.get("harness:interrupted")  # the process was stopped mid-trial
             reason = trial.user_attrs.get("reason") or (f"interrupted ({stopped})" if stopped else None)
             outcome.failed[key] = str(reason or "failed (no reason recorded)")[:200]
@@ -227,9 +219,13 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
         outcome.tried = load_report(best.user_attrs["card"]).cards[0]
         outcome.tried_variant = best.user_attrs.get("variant")
         outcome.tried_params = {k.split(".", 1)[-1]: v for k, v in best.params.items() if k != "variant"}
-        reply, outcome.confirmation = confirm(ctx, session, base_card, outcome.tried, outcome.tried_variant,
-                                              outcome.tried_params)
+        reply, outcome.confirmation = confirm(ctx, session, trials_dir, best.user_attrs["card"],
+                                              outcome.tried_variant, outcome.tried_params)
         account(reply)
+        if reply.ok and reply.tried_rounds is not None:  # the child restated both cards from the rounds
+            base_card = outcome.baseline = load_report(trials_dir / "baseline.json").cards[0]
+            outcome.tried = load_report(trials_dir / "tried.json").cards[0]
+        _confirmed(outcome.tried, base_card, reply, outcome.confirmation)
         if outcome.adopted:  # what the next round's baseline is built from (harness.rounds)
             built_in = applied[0].get("workload_dtype") if applied else experiment.workload_dtype
             outcome.tried.extra[APPLIED_KEY] = [*applied, applied_entry(
@@ -272,77 +268,49 @@ def _adopted_in_chunk(cfg: Mapping[str, Any], card: Card) -> dict[str, list[dict
         raise RunError(f"experiment.compose_from: {exc}") from None
 
 
-def confirm(ctx: RunContext, session: CardSession, base_card: Card, tried: Card, variant: str,
-            params: dict[str, Any]) -> tuple[Reply, dict[str, Any]]:
+def confirm(ctx: RunContext, session: CardSession, trials_dir: Path, tried_path: str, variant: str,
+            params: dict[str, Any]) -> tuple[TrialResult, dict[str, Any]]:
     """Re-time baseline and the tried variant in paired ABBA rounds (in the worker); judge the pair.
 
     The search timed each trial once, minutes apart from the baseline; the verdict is taken from
     these interleaved rounds instead (harness.cards.noise.paired_verdict), per original call. The
-    search's own timings are kept under `search_timing`. Without rounds (timing.confirm_rounds=0, or
-    they failed) the verdict is UNCONFIRMED and nothing is adopted; the cards say why.
+    worker restates both cards from the rounds (baseline.json and tried.json), keeping the search's
+    own timings under `search_timing`. Without rounds (timing.confirm_rounds=0, or they failed) the
+    verdict is UNCONFIRMED and nothing is adopted; the cards say why.
     """
     rounds = int(ctx.cfg["timing"].get("confirm_rounds", 0))
     band = same_band(ctx)
     if rounds < 2:
         why = ("timing.confirm_rounds=0: no paired rounds" if rounds < 1
                else "timing.confirm_rounds=1: an interval needs at least 2 paired rounds")
-        return Reply(True, "ok"), _unconfirmed(tried, why, band)
-    budget = float(ctx.cfg["timing"]["budget_s"]) / 4
+        return TrialResult(TrialStatus.COMPLETE), _unconfirmed(why, band)
+    baseline = str(trials_dir / "baseline.json")
+    plan = ConfirmPlan(variant=variant, params=params, rounds=rounds, budget_s=float(ctx.cfg["timing"]["budget_s"]) / 4,
+                       baseline_card=baseline, tried_card=tried_path, baseline_out=baseline,
+                       tried_out=str(trials_dir / "tried.json"))
     try:
-        reply = session.confirm(variant, params, rounds, budget, ctx.settings.cuda_graph)
+        reply = session.confirm(plan)
     except WorkerError as exc:
-        reply = Reply(False, "crash", {}, str(exc))
+        reply = TrialResult(TrialStatus.CRASHED, reason=str(exc))
+    if not reply.ok or reply.baseline_rounds is None or reply.tried_rounds is None:
+        log.warning("card %s: the confirm rounds failed (%s); nothing is adopted", session.job.card_id, reply.reason)
+        return reply, _unconfirmed(f"the confirm rounds failed: {reply.reason}", band)
+    before, after = reply.baseline_rounds.round_us, reply.tried_rounds.round_us
+    verdict = paired_verdict(before, after, band)
+    return reply, {**verdict.as_dict(), "rule": verdict.describe(), "before_rounds_us": before,
+                   "after_rounds_us": after, "order": "ABBA"}
+
+
+def _confirmed(tried: Card, base_card: Card, reply: TrialResult, confirmation: dict[str, Any]) -> None:
+    """The verdict on the tried card; a failed confirm's reason on both."""
+    tried.extra["confirmation"] = confirmation
     if not reply.ok:
         for card in (base_card, tried):
             card.extra["confirm_error"] = reply.reason
-        log.warning("card %s: the confirm rounds failed (%s); nothing is adopted", base_card.id, reply.reason)
-        return reply, _unconfirmed(tried, f"the confirm rounds failed: {reply.reason}", band)
-    calls = calls_per_invocation(tried)
-    for key, card in (("base", base_card), ("best", tried)):
-        card.extra["search_timing"] = card.extra.get("timing")
-        card.extra["timing"] = {k: v for k, v in reply.result[key].items() if k != "warm_up"}
-        card.extra["warm_up"] = reply.result[key].get("warm_up")
-        restate_rates(card)
-    reannotate(session, [base_card, tried])
-    before = list(reply.result["base"]["round_medians_us"])
-    after = [t / calls for t in reply.result["best"]["round_medians_us"]]
-    verdict = paired_verdict(before, after, band)
-    confirmation = {**verdict.as_dict(), "rule": verdict.describe(), "before_rounds_us": before,
-                    "after_rounds_us": after, "order": "ABBA"}
-    tried.extra["confirmation"] = confirmation
-    return reply, confirmation
 
 
-def reannotate(session: CardSession, cards: list[Card]) -> None:
-    """The experiment's evidence restated from the confirmed timing (harness.worker.server.reannotate)."""
-    try:
-        reply = session.reannotate(cards)
-    except WorkerError as exc:
-        reply = Reply(False, "crash", {}, str(exc))
-    if not reply.ok:
-        for card in cards:
-            card.extra["annotate_error"] = f"evidence not restated after the confirm rounds: {reply.reason}"
-        return
-    for card, restated in zip(cards, reply.result["cards"]):
-        card.extra = parse_report({"cards": [restated]}, "worker reply").cards[0].extra
-
-
-def restate_rates(card: Card) -> None:
-    """The variant facts derived from a time (per-call time, achieved TFLOP/s), from the card's timing
-    now that the confirm rounds replaced the search's: one time per card, whatever shows it."""
-    facts, timing = card.extra.get("variant"), card.extra.get("timing")
-    if not isinstance(facts, dict) or not isinstance(timing, dict) or not timing.get("median_us"):
-        return
-    per_call = float(timing["median_us"]) / int(facts.get("calls") or 1)
-    facts["per_call_us"] = per_call
-    if facts.get("nominal_flops_per_call"):
-        facts["achieved_tflops"] = facts["nominal_flops_per_call"] / per_call / 1e6
-
-
-def _unconfirmed(tried: Card, why: str, band: float) -> dict[str, Any]:
-    confirmation = {"verdict": "UNCONFIRMED", "speedup": None, "ci": None, "band": band, "rounds": 0,
-                    "rule": f"UNCONFIRMED: {why}; nothing is adopted"}
-    tried.extra["confirmation"] = confirmation
-    return confirmation
+def _unconfirmed(why: str, band: float) -> dict[str, Any]:
+    return {"verdict": "UNCONFIRMED", "speedup": None, "ci": None, "band": band, "rounds": 0,
+            "rule": f"UNCONFIRMED: {why}; nothing is adopted"}
 
 

@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 
@@ -22,12 +22,11 @@ from harness.cards.model import Card
 from harness.cards.rules import RuleSet, classify_card
 from harness.correctness import Correctness
 from harness.experiment import Prepared
+from harness.jobs import TimingSettings, TrialJob, per_call
 from harness.profile.base import Profile, Profiler
 from harness.profile.timing import TimingResult, time_cpu, warm_up
 from harness.workloads.base import Workload
 
-if TYPE_CHECKING:  # harness.trial_spec imports the experiments' side, which imports this module's callers
-    from harness.trial_spec import TrialSpec
 
 
 def _rss_bytes() -> int:
@@ -80,24 +79,16 @@ def variant_facts(prepared: Prepared, workload: Workload, timing: TimingResult |
         if workload.flops:
             out["executed_over_nominal"] = prepared.executed_flops / (workload.flops * calls)
     if timing is not None:
-        per_call = timing.median_us / calls
-        out["per_call_us"] = per_call
+        per_call_us = per_call(timing.median_us, calls)
+        out["per_call_us"] = per_call_us
         if workload.flops:
-            out["achieved_tflops"] = workload.flops / per_call / 1e6
+            out["achieved_tflops"] = workload.flops / per_call_us / 1e6
     out.update(prepared.facts)
     if prepared.carries:
         out["carries"] = prepared.carries
     if prepared.recipe:
         out["recipe"] = prepared.recipe
     return out
-
-
-@dataclass
-class TimingSettings:
-    warmup: int | None = None  # None: warm up until the timing is stable; an int: that many calls
-    min_repeats: int = 5
-    budget_s: float = 0.4
-    cuda_graph: bool = False
 
 
 def warm_up_until_stable(fn: Callable[[], Any], device: str) -> dict[str, Any]:
@@ -136,7 +127,7 @@ def measure(
     rules: RuleSet,
     label: dict[str, Any],
     environment: dict[str, Any],
-    spec: TrialSpec | None = None,
+    spec: TrialJob | None = None,
 ) -> Measurement:
     """Run the prepared variant for correctness, time it, profile it, and build its classified card.
 

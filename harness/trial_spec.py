@@ -9,61 +9,22 @@ re-reads or re-lints the report. `applied` lists the variants earlier rounds ado
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Mapping
+from dataclasses import replace
 
-from harness.cards.model import Card, parse_report
+from harness.cards.model import Card
 from harness.experiment import Experiment, Prepared, load_experiment
+from harness.jobs import BASELINE, TrialJob
 from harness.rounds import carry, round_baseline
 from harness.workloads.attention import AttentionConfig
 from harness.workloads.base import Workload
 from harness.workloads.cast import CastConfig
 from harness.workloads.registry import build_for_card
 
-BASELINE = "baseline"
+# The ncu backend and the tests name the job by its old name.
+TrialSpec = TrialJob
 
 
-@dataclass(frozen=True)
-class TrialSpec:
-    card: dict[str, Any]  # the card as the run has it (Card.to_dict())
-    experiment_module: str
-    device: str
-    scale: float
-    seed: int = 0
-    inputs_dir: str | None = None
-    attention: dict[str, Any] = field(default_factory=dict)  # harness.workloads.attention.AttentionConfig
-    cast: dict[str, Any] = field(default_factory=dict)  # harness.workloads.cast.CastConfig
-    warmup: int | None = None  # None: warm up until stable (harness.profile.timing.warm_up)
-    applied: list[dict[str, Any]] = field(default_factory=list)
-    role: str = BASELINE  # baseline, trial, drift, confirm ...
-    variant: str | None = None  # the variant a trial runs (the baseline's name for role baseline)
-    params: dict[str, Any] = field(default_factory=dict)
-    # A chunk card's contained op cards' adopted variants (harness.rounds.adopted_by_card), to compose.
-    adopted: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-
-    @property
-    def card_id(self) -> str:
-        return self.load_card().id
-
-    def load_card(self) -> Card:
-        return parse_report({"cards": [self.card]}, "trial spec").cards[0]
-
-    def for_trial(self, variant: str | None, params: Mapping[str, Any], role: str) -> "TrialSpec":
-        return replace(self, variant=variant, params=dict(params), role=role)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> "TrialSpec":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(obj) - known)
-        if unknown:
-            raise ValueError(f"trial spec: unknown keys {', '.join(unknown)} (written by another harness version?)")
-        return cls(**dict(obj))
-
-
-def build_trial_workload(spec: TrialSpec, card: Card, experiment: Experiment) -> tuple[Workload, Workload]:
+def build_trial_workload(spec: TrialJob, card: Card, experiment: Experiment) -> tuple[Workload, Workload]:
     """(the card's workload as built, the same with the applied variants' carries): the baseline of a
     later round is prepared on the first, every variant on the second. "As built" includes the
     experiment's `workload` hook (Experiment.measured_workload), so worker and ncu child measure the same."""
@@ -78,7 +39,7 @@ def build_trial_workload(spec: TrialSpec, card: Card, experiment: Experiment) ->
     return workload, carry(workload, applied)
 
 
-def prepare_baseline(spec: TrialSpec, workload: Workload, experiment: Experiment) -> Prepared:
+def prepare_baseline(spec: TrialJob, workload: Workload, experiment: Experiment) -> Prepared:
     """The experiment's baseline; on a card with applied variants, the last of them (round 2 reproduces round 1)."""
     if spec.applied:
         return round_baseline(workload, spec.applied, load_experiment)

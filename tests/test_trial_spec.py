@@ -1,5 +1,6 @@
-"""One typed trial spec for the run, the worker and the ncu child: it carries the card, so a child rebuilds a
-trial on a card the report does not hold (a derived chunk card, a round-2 card) without re-reading it."""
+"""One typed trial job for the run, the worker and the ncu child: it carries the card, so a child rebuilds a
+trial on a card the report does not hold (a derived chunk card, a round-2 card) without re-reading it; and
+one typed result with one table from its status to Optuna's state and the summary's list."""
 
 from __future__ import annotations
 
@@ -14,21 +15,61 @@ from harness.cards.model import load_report
 from harness.chunks import add_chunk_cards
 from harness.experiment import load_experiment
 from harness.profile.ncu_backend import trial_folder
-from harness.trial_spec import TrialSpec, build_trial_workload
+from harness.jobs import (
+    OUTCOMES,
+    ConfirmPlan,
+    JobKind,
+    Judgement,
+    SideRounds,
+    TimingSettings,
+    TrialJob,
+    TrialResult,
+    TrialStatus,
+)
+from harness.trial_spec import build_trial_workload
 
 CONV = "vae-480-conv3d-96to96k333t6-13c157"
 
 
 def test_the_spec_survives_json_and_refuses_unknown_keys():
     card = load_report().card(CONV)
-    spec = TrialSpec(card=card.to_dict(), experiment_module="experiments.vae_channels_last", device="cpu",
+    spec = TrialJob(card=card.to_dict(), experiment_module="experiments.vae_channels_last", device="cpu",
                      scale=0.1, attention={"heads": 10}, applied=[{"experiment": "x"}])
     trial = spec.for_trial("channels_last_3d", {"a": 1}, "trial")
-    again = TrialSpec.from_json(json.loads(json.dumps(trial.to_json())))
+    again = TrialJob.from_json(json.loads(json.dumps(trial.to_json())))
     assert again == trial and again.card_id == CONV and again.load_card().id == CONV
     assert (spec.variant, spec.role) == (None, "baseline")  # for_trial made a new spec
     with pytest.raises(ValueError, match="unknown keys report"):
-        TrialSpec.from_json({**spec.to_json(), "report": None})
+        TrialJob.from_json({**spec.to_json(), "report": None})
+
+
+def test_a_job_with_its_timing_and_confirm_plan_survives_json_and_keys_its_workload():
+    card = load_report().card(CONV)
+    job = TrialJob(card=card.to_dict(), experiment_module="experiments.vae_channels_last", device="cpu", scale=0.1,
+                   timing=TimingSettings(warmup=None, min_repeats=3, budget_s=0.1), reference_path="/r.pt")
+    plan = ConfirmPlan("channels_last_3d", {}, 8, 0.1, "b.json", "t.json", "b.json", "tried.json")
+    confirm = job.for_trial("channels_last_3d", {}, "confirm", kind=JobKind.CONFIRM, confirm=plan,
+                            retime=TimingSettings(warmup=1))
+    again = TrialJob.from_json(json.loads(json.dumps(confirm.to_json())))
+    assert again == confirm and again.kind is JobKind.CONFIRM and again.confirm == plan
+    # One built workload serves every request of the card: only what builds it is in the key.
+    assert again.workload_key() == job.workload_key()
+    assert TrialJob(**{**vars(job), "scale": 0.2}).workload_key() != job.workload_key()
+
+
+def test_results_survive_json_and_every_status_has_one_meaning():
+    judged = Judgement(1e-3, 2e-3, 1e-3, "given", 1e-6, "same", False, "stale")
+    result = TrialResult(TrialStatus.INFEASIBLE, reason=judged.why_infeasible(), card_path="c.json", median_us=8.0,
+                         per_call_us=2.0, calls=4, judgement=judged, seconds={"timing_s": 1.0},
+                         baseline_rounds=SideRounds([1.0, 2.0], 1), tried_rounds=SideRounds([0.5, 0.6], 4))
+    again = TrialResult.from_json(json.loads(json.dumps(result.to_json())))
+    assert again == result and not again.ok
+    assert judged.why_infeasible() == "max_rel 0.002 > bound 0.001 (stale)"
+    assert set(OUTCOMES) == set(TrialStatus)  # the table is complete
+    assert {s for s, o in OUTCOMES.items() if o.optuna_state == "COMPLETE"} == {TrialStatus.COMPLETE}
+    assert {s for s, o in OUTCOMES.items() if o.restarts_worker} == {TrialStatus.CRASHED, TrialStatus.DEADLINE}
+    assert OUTCOMES[TrialStatus.INFEASIBLE].summary == "infeasible"
+    assert OUTCOMES[TrialStatus.OOM].optuna_state == "FAIL"
 
 
 def test_a_chunk_card_not_in_the_report_is_rebuilt_from_the_spec_alone(tmp_path: Path):
@@ -36,9 +77,9 @@ def test_a_chunk_card_not_in_the_report_is_rebuilt_from_the_spec_alone(tmp_path:
     chunk = next(c for c in add_chunk_cards(lint_report(report).normalized).cards if c.op_kind == "vae_decode")
     assert chunk.id not in {c.id for c in report.cards}
     adopted = {chunk.extra["contains"][0]: [{"experiment": "e", "module": "m", "variant": "v", "carries": {}}]}
-    spec = TrialSpec(card=chunk.to_dict(), experiment_module="experiments.vae_decode_chunk", device="cpu", scale=0.04,
+    spec = TrialJob(card=chunk.to_dict(), experiment_module="experiments.vae_decode_chunk", device="cpu", scale=0.04,
                      adopted=adopted)
-    rebuilt = TrialSpec.from_json(json.loads(json.dumps(spec.to_json())))
+    rebuilt = TrialJob.from_json(json.loads(json.dumps(spec.to_json())))
     experiment = load_experiment(rebuilt.experiment_module)
     workload, _ = build_trial_workload(rebuilt, rebuilt.load_card(), experiment)
     assert workload.op_kind == "vae_decode"
@@ -47,7 +88,7 @@ def test_a_chunk_card_not_in_the_report_is_rebuilt_from_the_spec_alone(tmp_path:
 
 
 def test_ncu_trial_folders_are_named_by_card_role_variant_and_params(tmp_path: Path):
-    spec = TrialSpec(card=load_report().card(CONV).to_dict(), experiment_module="m", device="cuda", scale=1.0)
+    spec = TrialJob(card=load_report().card(CONV).to_dict(), experiment_module="m", device="cuda", scale=1.0)
     first = trial_folder(tmp_path, spec.for_trial("triton_conv", {"BLOCK_M": 64}, "trial"))
     second = trial_folder(tmp_path, spec.for_trial("ncdhw", {}, "baseline"))
     assert first.parent == second.parent == tmp_path / CONV

@@ -26,6 +26,7 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from harness.jobs import TrialStatus
 from harness.search.errors import SearchError
 from harness.search.interrupt import interrupted
 from harness.search.space import Space, configurations, discrete_size
@@ -119,7 +120,7 @@ class SharedBudgetSampler(optuna.samplers.BaseSampler):
             # budget (`budget_trials`), so a stopped and resumed search counts each configuration once.
             storage = study._storage
             storage.set_trial_system_attr(trial._trial_id, INTERRUPTED_KEY, interrupted())
-            storage.set_trial_user_attr(trial._trial_id, "status", "interrupted")
+            storage.set_trial_user_attr(trial._trial_id, "status", TrialStatus.INTERRUPTED.value)
             storage.set_trial_user_attr(trial._trial_id, "reason", f"interrupted ({interrupted()}): not a failure; "
                                         "the trial went back in the queue and runs again on resume")
             RetryStale(None)(study, storage.get_trial(trial._trial_id), interrupted=True)

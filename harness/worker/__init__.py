@@ -32,11 +32,10 @@ device only) so a runaway CPU variant fails with an allocation error instead of 
 """
 
 from harness.worker.client import CardSession, TrialWorker, close_worker, deadline_from, quiet_trial_failures, worker_for
-from harness.worker.protocol import Reply, TrialFailed, WorkerError, exit_reason, is_out_of_memory, one_line
+from harness.worker.protocol import TrialFailed, WorkerError, exit_reason, is_out_of_memory, one_line
 
 __all__ = [
     "CardSession",
-    "Reply",
     "TrialFailed",
     "TrialWorker",
     "WorkerError",

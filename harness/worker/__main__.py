@@ -1,5 +1,5 @@
 """The worker child's process: `python -m harness.worker REQUEST_FD REPLY_FD`, started by
-harness.worker.client.TrialWorker; one JSON request per line in, one JSON answer per line out."""
+harness.worker.client.TrialWorker; one TrialJob per line in, one TrialResult per line out (harness.jobs)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import time
 from typing import Any
 
 from harness.worker.protocol import ENV_CPU_THREADS, ENV_LOG, ENV_MEMORY_LIMIT, ENV_PARENT
-from harness.worker.server import Server, answer_request
+from harness.jobs import TrialJob, TrialResult, TrialStatus
+from harness.worker.server import Server, answer
 
 
 def _send(fd: int, obj: Any) -> None:
@@ -97,15 +98,16 @@ def main(argv: list[str]) -> int:
         if not line.strip():
             continue
         try:
-            request = json.loads(line)
-        except ValueError as exc:
-            answer: dict[str, Any] = {"ok": False, "kind": "error", "reason": f"bad request: {exc}"}
+            message = json.loads(line)
+            job = TrialJob.from_json(message["job"])
+        except (ValueError, KeyError, TypeError) as exc:
+            result = TrialResult(TrialStatus.FAILED, reason=f"bad request: {exc}")
         else:
-            if request.get("log_path") and request["log_path"] != log_path:
-                log_path = request["log_path"]
+            if message.get("log_path") and message["log_path"] != log_path:
+                log_path = message["log_path"]
                 _log_to(log_path)  # a later run of the same parent process: its own worker.log
-            answer = answer_request(server, request)
-        _send(replies, answer)
+            result = answer(server, job)
+        _send(replies, result.to_json())
         sys.stdout.flush()
     return 0  # the parent closed the pipe: the run is over
 

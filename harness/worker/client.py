@@ -11,17 +11,17 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from harness.jobs import ConfirmPlan, JobKind, TimingSettings, TrialJob, TrialResult, TrialStatus
 from harness.worker.protocol import (
     ENV_CPU_THREADS,
     ENV_LOG,
     ENV_MEMORY_LIMIT,
     ENV_PARENT,
     STARTUP_TIMEOUT_S,
-    Reply,
     TrialFailed,
     WorkerError,
     exit_reason,
@@ -151,8 +151,8 @@ class TrialWorker:
 
     # -- requests ----------------------------------------------------------------------------
 
-    def request(self, op: str, payload: Mapping[str, Any], deadline_s: float | None) -> Reply:
-        """Send one request and wait for its answer; a crash or a missed deadline is a Reply too.
+    def request(self, job: TrialJob, deadline_s: float | None) -> TrialResult:
+        """Send one job and wait for its result; a crash or a missed deadline is a result too.
 
         Raises WorkerError only when no child can be started; KeyboardInterrupt kills the child.
         """
@@ -162,7 +162,7 @@ class TrialWorker:
             self.start()
         assert self._proc is not None and self._send is not None
         log_path = str(self.log_path) if self.log_path is not None else None
-        message = (json.dumps({"op": op, "log_path": log_path, **payload}) + "\n").encode()
+        message = (json.dumps({"log_path": log_path, "job": job.to_json()}) + "\n").encode()
         until = None if deadline_s is None else time.monotonic() + float(deadline_s)
         try:
             try:
@@ -177,26 +177,24 @@ class TrialWorker:
             self.kill()
             raise
         if line is not None:
-            answer = json.loads(line)
-            if answer.get("ok"):
-                return Reply(True, "ok", answer.get("result") or {})
-            reason = answer.get("reason", "")
-            if answer.get("restart"):
+            result = TrialResult.from_json(json.loads(line))
+            if result.restart:
                 self.kill()
-                reason += "; worker restarted (the CUDA context is unusable after this error)"
-            return Reply(False, answer.get("kind", "error"), answer.get("result") or {}, reason)
+                result = replace(result, reason=result.reason + "; worker restarted (the CUDA context is unusable "
+                                 "after this error)")
+            return result
         proc = self._proc
         if proc.poll() is None and until is not None and time.monotonic() >= until:
             self.kill()
-            return Reply(False, "deadline", {}, f"deadline: no result after {float(deadline_s):g} s "
-                                                "(search.trial_deadline_s); the worker was killed")
+            return TrialResult(TrialStatus.DEADLINE, reason=f"deadline: no result after {float(deadline_s):g} s "
+                               "(search.trial_deadline_s); the worker was killed")
         try:
             proc.wait(timeout=10)  # the pipe closed: the child is exiting
         except subprocess.TimeoutExpired:
             pass
         reason = exit_reason(proc.poll())
         self.kill()
-        return Reply(False, "crash", {}, reason)
+        return TrialResult(TrialStatus.CRASHED, reason=reason)
 
     def _read_line(self, until: float | None) -> bytes | None:
         """The next line from the child; None at end of file, child exit or `until` (monotonic)."""
@@ -271,31 +269,25 @@ def deadline_from(cfg: Mapping[str, Any]) -> float | None:
 
 
 class CardSession:
-    """The requests of one card: what every request repeats (so a new child can rebuild the card)."""
+    """The requests of one card: each a TrialJob made from the card's own (so a new child can rebuild it)."""
 
-    def __init__(self, worker: TrialWorker, common: dict[str, Any], deadline_s: float | None):
+    def __init__(self, worker: TrialWorker, job: TrialJob, deadline_s: float | None):
         self.worker = worker
-        self.common = common
+        self.job = job
         self.deadline_s = deadline_s
 
     def measure(self, *, role: str, variant: str, params: dict[str, Any], label: dict[str, Any],
-                card_path: Path, extra: dict[str, Any] | None = None) -> Reply:
-        return self.worker.request("measure", {**self.common, "role": role, "variant": variant, "params": params,
-                                               "label": label, "card_path": str(card_path),
-                                               "extra": extra or {}}, self.deadline_s)
+                card_path: Path, extra: dict[str, Any] | None = None) -> TrialResult:
+        job = self.job.for_trial(variant, params, role, kind=JobKind.MEASURE, label=label,
+                                 card_path=str(card_path), extra=extra or {})
+        return self.worker.request(job, self.deadline_s)
 
-    def retime(self, settings: Any) -> Reply:
-        return self.worker.request("retime", {**self.common, "retime_settings": asdict(settings)}, self.deadline_s)
-
-    def confirm(self, variant: str, params: dict[str, Any], rounds: int, budget_s: float,
-                cuda_graph: bool = False) -> Reply:
-        return self.worker.request("confirm", {**self.common, "best": {"variant": variant, "params": params},
-                                               "rounds": rounds, "budget_s": budget_s, "cuda_graph": cuda_graph},
+    def retime(self, settings: TimingSettings) -> TrialResult:
+        return self.worker.request(replace(self.job, kind=JobKind.RETIME, role="drift", retime=settings),
                                    self.deadline_s)
 
-
-    def reannotate(self, cards: list[Any]) -> Reply:
-        return self.worker.request("reannotate", {**self.common, "cards": [c.to_dict() for c in cards]},
+    def confirm(self, plan: ConfirmPlan) -> TrialResult:
+        return self.worker.request(replace(self.job, kind=JobKind.CONFIRM, role="confirm", confirm=plan),
                                    self.deadline_s)
 
 

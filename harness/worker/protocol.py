@@ -1,12 +1,10 @@
 """What the run (harness.worker.client) and its worker child (harness.worker.server) agree on: the
-environment the child reads, the errors and the reply, and how a failure is put in one line."""
+environment the child reads, the errors, and how a failure is put in one line. The messages
+themselves are harness.jobs.TrialJob and TrialResult."""
 
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass, field
-from typing import Any
-
 STARTUP_TIMEOUT_S = 300.0  # a child that has not said "ready" by then is broken (an import that hangs)
 ENV_PARENT = "HARNESS_WORKER_PARENT"
 ENV_MEMORY_LIMIT = "HARNESS_WORKER_MEMORY_LIMIT_GB"
@@ -65,18 +63,3 @@ def exit_reason(returncode: int | None) -> str:
         meaning = _SIGNAL_MEANING.get(name)
         return f"worker died: {name}" + (f" ({meaning})" if meaning else "") + "; its last output is in worker.log"
     return f"worker exited with status {returncode} mid-request; its last output is in worker.log"
-
-
-@dataclass
-class Reply:
-    """One answer from the worker. `kind`: ok, error, oom, skipped, setup, crash or deadline."""
-
-    ok: bool
-    kind: str
-    result: dict[str, Any] = field(default_factory=dict)
-    reason: str = ""
-
-    @property
-    def restarted(self) -> bool:
-        """The child did not survive this request (a new one serves the next)."""
-        return self.kind in ("crash", "deadline")

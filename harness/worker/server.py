@@ -1,5 +1,5 @@
 """The worker child's side: it keeps one card's workload, baseline and reference, and answers each
-request (measure, retime, confirm) with every failure turned into an answer."""
+job (measure, retime, confirm: harness.jobs) with a TrialResult, every failure included."""
 
 from __future__ import annotations
 
@@ -9,10 +9,21 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from harness.jobs import (
+    BASELINE,
+    JobKind,
+    Judgement,
+    SideRounds,
+    TimingSettings,
+    TrialJob,
+    TrialResult,
+    TrialStatus,
+    per_call,
+)
 from harness.worker.protocol import is_out_of_memory, one_line
 
 
@@ -25,7 +36,7 @@ def annotate(experiment: Any, card: Any, workload: Any) -> None:
 @dataclass
 class _CardState:
     key: str
-    spec: Any  # harness.trial_spec.TrialSpec
+    job: TrialJob  # the job that built it
     card: Any
     experiment: Any
     workload: Any
@@ -39,30 +50,29 @@ def _json_key(obj: Any) -> str:
 
 
 class Server:
-    """Answers requests; keeps one card's workload, prepared baseline and reference between them."""
+    """Answers jobs; keeps one card's workload, prepared baseline and reference between them."""
 
     def __init__(self) -> None:
         self.state: _CardState | None = None
         self._rules: dict[str, Any] = {}
         self._profilers: dict[str, Any] = {}
 
-    def card(self, request: dict[str, Any]) -> tuple[_CardState, float]:
-        """The request's card, built (workload, prepared baseline) unless it is the one kept."""
+    def card(self, job: TrialJob) -> tuple[_CardState, float]:
+        """The job's card, built (workload, prepared baseline) unless it is the one kept."""
         from harness.experiment import load_experiment
-        from harness.trial_spec import TrialSpec, build_trial_workload, prepare_baseline
+        from harness.trial_spec import build_trial_workload, prepare_baseline
 
-        spec = TrialSpec.from_json(request["spec"])
-        key = _json_key({"spec": request["spec"], "reference": request.get("reference_path")})
+        key = job.workload_key()
         if self.state is not None and self.state.key == key:
             return self.state, 0.0
         self.forget()
         t0 = time.perf_counter()
-        card = spec.load_card()
-        experiment = load_experiment(spec.experiment_module)
-        workload, carried = build_trial_workload(spec, card, experiment)
-        state = _CardState(key, spec, card, experiment, carried, None)
+        card = job.load_card()
+        experiment = load_experiment(job.experiment_module)
+        workload, carried = build_trial_workload(job, card, experiment)
+        state = _CardState(key, job, card, experiment, carried, None)
         self.state = state
-        state.baseline = prepare_baseline(spec, workload, experiment)
+        state.baseline = prepare_baseline(job, workload, experiment)
         return state, time.perf_counter() - t0
 
     def forget(self) -> None:
@@ -70,7 +80,7 @@ class Server:
         self.state = None
         _free_memory()
 
-    def reference(self, state: _CardState, request: dict[str, Any]) -> Any:
+    def reference(self, state: _CardState, job: TrialJob) -> Any:
         """The card's float64 reference: computed for the baseline, else the one saved with its standard.
 
         A trial needs the baseline's error too, so a new child loads both from reference_path (written
@@ -81,16 +91,16 @@ class Server:
         from harness.correctness import Rule, Standard
         from harness.workloads.base import parse_dtype
 
-        if request["role"] == "baseline":
+        if job.role == BASELINE and job.kind is JobKind.MEASURE:
             if state.reference is None:
                 state.reference = state.workload.reference(torch.float64)
         elif state.standard is None:
-            path = request.get("reference_path")
+            path = job.reference_path
             if not path or not os.path.exists(path):
                 raise RuntimeError(f"no correctness reference at {path}: the baseline was not measured")
             saved = torch.load(path, map_location=state.workload.device, weights_only=True)
             state.reference = saved["reference"]
-            state.standard = Standard(Rule.from_config(request["correctness"]), float(saved["baseline_error"]),
+            state.standard = Standard(Rule.from_config(job.correctness), float(saved["baseline_error"]),
                                       parse_dtype(saved["baseline_dtype"]), state.workload.reduction_length)
         return state.reference
 
@@ -112,118 +122,157 @@ class Server:
             self._profilers[key] = None if name in (None, "none") else registry.make(str(name), cfg)
         return self._profilers[key]
 
-    def measure(self, state: _CardState, request: dict[str, Any], result: dict[str, Any]) -> None:
-        """Measure the baseline or a trial, annotate its card and write it to request["card_path"]."""
+    def judge(self, state: _CardState, prepared: Any, output: Any) -> Any:
+        """A trial's output against the card's float64 reference, by the standard the baseline set."""
+        return state.standard.judge(output, state.reference, precision=prepared.precision,
+                                    expected=prepared.expected, calls=prepared.calls)
+
+    def measure(self, state: _CardState, job: TrialJob) -> TrialResult:
+        """Measure the baseline or a trial, annotate its card and write it to job.card_path."""
         from harness.cards.model import Report, save_report
         from harness.correctness import Correctness, Rule, judge_baseline
-        from harness.measure import TimingSettings, measure
+        from harness.measure import measure
         from harness.workloads.base import dtype_name
 
-        variant, params = request["variant"], dict(request.get("params") or {})
         t0 = time.perf_counter()
-        reference = self.reference(state, request)
+        reference = self.reference(state, job)
         reference_s = time.perf_counter() - t0
         judged: dict[str, Any] = {}
-        if request["role"] == "baseline":
+        if job.role == BASELINE:
             prepared = state.baseline
-            rule = Rule.from_config(request["correctness"])
+            rule = Rule.from_config(job.correctness)
 
             def check(output: Any) -> Correctness:
                 judged["standard"], correctness = judge_baseline(output, reference, rule,
                                                                  state.workload.reduction_length)
                 return correctness
         else:
-            prepared = state.experiment.prepare(variant, state.workload, params)
+            prepared = state.experiment.prepare(str(job.variant), state.workload, dict(job.params))
 
             def check(output: Any) -> Correctness:
-                return state.standard.judge(output, reference, precision=prepared.precision,
-                                            expected=prepared.expected, calls=prepared.calls)
+                return self.judge(state, prepared, output)
         m = measure(source_card=state.card, workload=state.workload, prepared=prepared, check=check,
-                    profiler=self.profiler(request["profiler"]),
-                    settings=TimingSettings(**request["settings"]), rules=self.rules(request["rules"]),
-                    label=request["label"], environment=request["environment"],
-                    spec=state.spec.for_trial(variant, params, request["role"]))
-        card, path = m.card, Path(request["card_path"])
-        card.extra.update(request.get("extra") or {})
+                    profiler=self.profiler(job.profiler), settings=job.timing, rules=self.rules(job.rules),
+                    label=job.label, environment=job.environment, spec=job)
+        card, path = m.card, Path(str(job.card_path))
+        card.extra.update(job.extra)
         try:
             annotate(state.experiment, card, state.workload)
         except Exception as exc:  # the card was measured: keep it, then fail the request
             card.extra["annotate_error"] = one_line(exc)
             save_report(Report(cards=[card]), path)
-            result["card_path"] = str(path)
-            raise
+            raise _Measured(str(path)) from exc
         save_report(Report(cards=[card]), path)
-        if request["role"] == "baseline":
+        if job.role == BASELINE:
             if not m.correctness.feasible:  # no variant can be held to a malformed baseline
-                result["card_path"] = str(path)
-                raise RuntimeError(f"its output is unusable ({m.correctness.note})")
+                raise _Measured(str(path)) from RuntimeError(f"its output is unusable ({m.correctness.note})")
             state.standard = judged["standard"]
             _save({"reference": reference.detach(), "baseline_error": state.standard.baseline_error,
                    "baseline_dtype": dtype_name(state.standard.dtype)},
-                  Path(request["reference_path"]))
+                  Path(str(job.reference_path)))
         seconds = {**m.seconds, "reference_s": reference_s}
         seconds["setup_s"] = seconds.get("setup_s", 0.0) + reference_s  # the reference is set-up too
-        result.update(card_path=str(path), correctness=m.correctness.as_dict(),
-                      median_us=m.timing.median_us if m.timing is not None else None, calls=prepared.calls,
-                      seconds=seconds)
+        judgement = Judgement.from_dict(m.correctness.as_dict())
+        median = m.timing.median_us if m.timing is not None else None
+        return TrialResult(
+            status=TrialStatus.COMPLETE if judgement.feasible else TrialStatus.INFEASIBLE,
+            reason="" if judgement.feasible else judgement.why_infeasible(),
+            card_path=str(path), median_us=median, calls=prepared.calls,
+            per_call_us=per_call(median, prepared.calls) if median is not None else None,
+            judgement=judgement, seconds=seconds)
 
-    def retime(self, state: _CardState, request: dict[str, Any], result: dict[str, Any]) -> None:
+    def retime(self, state: _CardState, job: TrialJob) -> TrialResult:
         """Time the kept baseline again (the drift check between trials)."""
-        from harness.measure import TimingSettings, time_callable
+        from harness.measure import time_callable
 
         t0 = time.perf_counter()
-        timing = time_callable(state.baseline.fn, state.workload.device,
-                               TimingSettings(**request["retime_settings"]))
+        timing = time_callable(state.baseline.fn, state.workload.device, job.retime or job.timing)
         # Timing the baseline is measurement like a trial's: it is what the drift verdict stands on.
-        result.update(median_us=timing.median_us, seconds={"timing_s": time.perf_counter() - t0})
+        return TrialResult(TrialStatus.COMPLETE, median_us=timing.median_us, calls=state.baseline.calls,
+                           per_call_us=per_call(timing.median_us, state.baseline.calls),
+                           seconds={"timing_s": time.perf_counter() - t0})
 
-    def reannotate(self, state: _CardState, request: dict[str, Any], result: dict[str, Any]) -> None:
-        """The experiment's evidence again on cards whose timing the confirm rounds replaced, so that what
-        it derives from a time (a bound's ratio, an achieved bandwidth) agrees with the card's time."""
-        from harness.cards.model import parse_report
+    def confirm(self, state: _CardState, job: TrialJob) -> TrialResult:
+        """Baseline and best in paired rounds, interleaved A B, B A, A B, ... (ABBA), one median per side a
+        round; both cards restated from the rounds, written where the plan says.
 
-        # One report per card: baseline and variant are the same card (one id), measured twice.
-        cards = [parse_report({"cards": [card]}, "reannotate request").cards[0] for card in request["cards"]]
-        for card in cards:
-            annotate(state.experiment, card, state.workload)
-        result["cards"] = [card.to_dict() for card in cards]
-
-    def confirm(self, state: _CardState, request: dict[str, Any], result: dict[str, Any]) -> None:
-        """Baseline and best in paired rounds, interleaved A B, B A, A B, ... (ABBA), one median per side a round.
-
-        Both sides are warmed up until their timings are stable before the first round, so a cold
-        first call (a resumed run, a fresh worker) cannot decide anything. Each round times A and
-        B back to back, the order alternating, so a linear drift across the rounds hits both alike
-        and cancels in the paired ratios the parent's verdict is computed from.
+        The best variant is prepared again for the rounds, so it is checked again before any of them: a
+        build that differs from the one the search checked (a nondeterministic autotuner) must not be
+        confirmed unchecked. Both sides are warmed up until their timings are stable before the first
+        round, so a cold first call (a resumed run, a fresh worker) cannot decide anything. Each round
+        times A and B back to back, the order alternating, so a linear drift across the rounds hits both
+        alike and cancels in the paired ratios the parent's verdict is computed from.
         """
-        from harness.measure import TimingSettings, time_callable, warm_up_until_stable
+        from harness.measure import time_callable, warm_up_until_stable
 
-        best = request["best"]
-        best_fn = state.experiment.prepare(best["variant"], state.workload, dict(best.get("params") or {})).fn
-        rounds, budget = int(request["rounds"]), float(request["budget_s"])
-        cuda_graph = bool(request.get("cuda_graph"))
-        sides = {"base": state.baseline.fn, "best": best_fn}
+        plan = job.confirm
+        if plan is None:
+            raise ValueError("a confirm job needs its plan")
+        self.reference(state, job)
+        tried = state.experiment.prepare(plan.variant, state.workload, dict(plan.params))
+        output = tried.fn()
+        _synchronize(state.workload.device)
+        judged = self.judge(state, tried, output)
+        del output
+        if not judged.feasible:
+            return TrialResult(TrialStatus.INFEASIBLE, reason="prepared again for the confirm rounds, its output "
+                               f"is wrong: {Judgement.from_dict(judged.as_dict()).why_infeasible()}")
+        sides = {"base": state.baseline, "best": tried}
         samples: dict[str, list[float]] = {"base": [], "best": []}
         medians: dict[str, list[float]] = {"base": [], "best": []}
         last: dict[str, Any] = {}
         t0 = time.perf_counter()
-        warmups = {key: warm_up_until_stable(fn, state.workload.device) for key, fn in sides.items()}
-        for number in range(rounds):
+        warmups = {key: warm_up_until_stable(side.fn, state.workload.device) for key, side in sides.items()}
+        settings = TimingSettings(warmup=1, min_repeats=3, budget_s=plan.budget_s, cuda_graph=job.timing.cuda_graph)
+        for number in range(plan.rounds):
             order = ("base", "best") if number % 2 == 0 else ("best", "base")
             for key in order:
-                timing = time_callable(sides[key], state.workload.device,
-                                       TimingSettings(warmup=1, min_repeats=3, budget_s=budget, cuda_graph=cuda_graph))
+                timing = time_callable(sides[key].fn, state.workload.device, settings)
                 samples[key].extend(timing.samples_us)
                 medians[key].append(timing.median_us)
                 last[key] = timing
         seconds = time.perf_counter() - t0
-        for key in ("base", "best"):
+        paths = {"base": (plan.baseline_card, plan.baseline_out), "best": (plan.tried_card, plan.tried_out)}
+        for key, (source, target) in paths.items():
             pooled = type(last[key]).from_samples(
                 samples[key], warmup=warmups[key]["calls"],
-                method=f"{last[key].method}, {rounds} paired rounds in ABBA order with the other side",
+                method=f"{last[key].method}, {plan.rounds} paired rounds in ABBA order with the other side",
                 device_name=last[key].device_name, clock_mhz=last[key].clock_mhz)
-            result[key] = {**pooled.to_dict(), "round_medians_us": medians[key], "warm_up": warmups[key]}
-        result["seconds"] = {"timing_s": seconds}
+            _restate(state, source, target, sides[key], pooled, medians[key], warmups[key])
+        return TrialResult(
+            TrialStatus.COMPLETE, seconds={"timing_s": seconds},
+            baseline_rounds=SideRounds([per_call(m, sides["base"].calls) for m in medians["base"]], sides["base"].calls),
+            tried_rounds=SideRounds([per_call(m, tried.calls) for m in medians["best"]], tried.calls))
+
+
+class _Measured(Exception):
+    """A request failed after its card was written (the path): the answer still names the card."""
+
+
+def _restate(state: _CardState, source: str, target: str, prepared: Any, pooled: Any, round_medians: list[float],
+             warm: dict[str, Any]) -> None:
+    """A searched card with its timing replaced by the confirm rounds' and everything derived from a time
+    (per-call rates, the experiment's evidence) derived again: one time per card, whatever shows it."""
+    from harness.cards.model import Report, load_report, save_report
+    from harness.measure import variant_facts
+
+    card = load_report(source).cards[0]
+    card.extra["search_timing"] = card.extra.get("timing")
+    card.extra["timing"] = {**pooled.to_dict(), "round_medians_us": round_medians}
+    card.extra["warm_up"] = warm
+    card.extra["variant"] = {**(card.extra.get("variant") or {}), **variant_facts(prepared, state.workload, pooled)}
+    try:
+        annotate(state.experiment, card, state.workload)
+    except Exception as exc:  # the rounds stand; only the experiment's evidence is stale
+        card.extra["annotate_error"] = f"evidence not restated after the confirm rounds: {one_line(exc)}"
+    save_report(Report(cards=[card]), Path(target))
+
+
+def _synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
 
 
 def _save(obj: Any, path: Path) -> None:
@@ -244,42 +293,39 @@ def _free_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def answer_request(server: Server, request: dict[str, Any]) -> dict[str, Any]:
-    """Run one request; every failure becomes an answer (the child only dies when the process does)."""
+def answer(server: Server, job: TrialJob) -> TrialResult:
+    """Run one job; every failure becomes a result (the child only dies when the process does)."""
     from harness import torch_state
     from harness.experiment import VariantSkipped
     from harness.workloads.base import WorkloadError
 
-    result: dict[str, Any] = {}
+    handlers = {JobKind.MEASURE: server.measure, JobKind.RETIME: server.retime, JobKind.CONFIRM: server.confirm}
     stage = "setup"
     try:
-        state, build_s = server.card(request)
+        state, build_s = server.card(job)
         stage = "run"
-        op = request.get("op")
-        handlers = {"measure": server.measure, "retime": server.retime, "confirm": server.confirm,
-                    "reannotate": server.reannotate}
-        if op not in handlers:
-            raise ValueError(f"unknown request {op!r}")
         with torch_state.pinned():  # no request inherits what an earlier variant set
-            handlers[op](state, request, result)
-        result.setdefault("seconds", {})["build_s"] = build_s
-        return {"ok": True, "result": result}
+            result = handlers[job.kind](state, job)
+        return replace(result, seconds={**result.seconds, "build_s": build_s})
     except VariantSkipped as exc:
-        return {"ok": False, "kind": "skipped", "reason": str(exc), "result": result}
+        return TrialResult(TrialStatus.SKIPPED, reason=str(exc))
     except BaseException as exc:  # noqa: BLE001 - a variant may raise anything, SystemExit included
-        traceback.print_exc()
+        card_path = None
+        if isinstance(exc, _Measured):
+            card_path, exc = str(exc), exc.__cause__ or exc
+        traceback.print_exception(exc)
         sys.stderr.flush()
         if is_out_of_memory(exc):
-            kind, reason = "oom", "out of memory: " + one_line(exc, 280)
+            status, reason = TrialStatus.OOM, "out of memory: " + one_line(exc, 280)
         else:
             # A workload that cannot be built is a configuration problem, not a trial's failure.
             setup = stage == "setup" and isinstance(exc, (WorkloadError, TypeError))
-            kind, reason = ("setup" if setup else "error"), one_line(exc)
+            status, reason = (TrialStatus.SETUP if setup else TrialStatus.FAILED), one_line(exc)
         # After a device-side CUDA error the context is unusable: answer, then let the parent restart us.
-        restart = kind != "oom" and ("CUDA error" in reason or type(exc).__name__ == "AcceleratorError")
+        restart = status is not TrialStatus.OOM and ("CUDA error" in reason or type(exc).__name__ == "AcceleratorError")
         del exc
-        if kind == "setup" or stage == "setup":
+        if stage == "setup":
             server.forget()
         else:
             _free_memory()
-        return {"ok": False, "kind": kind, "reason": reason, "result": result, "restart": restart}
+        return TrialResult(status, reason=reason, card_path=card_path, restart=restart)

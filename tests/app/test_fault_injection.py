@@ -227,19 +227,17 @@ def test_a_new_worker_checks_against_the_saved_reference(tmp_path, peak_cache, m
     """After a crash the next trial is checked against reference.pt, not a recomputed baseline."""
     from harness.cards.lint import lint_report
     from harness.cards.model import load_report as load
-    from harness.trial_spec import TrialSpec
+    from harness.jobs import TimingSettings, TrialJob, TrialStatus
 
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(peak_cache))
     monkeypatch.syspath_prepend(str(REPO))
     card = lint_report(load()).normalized.card(CARD)
-    spec = TrialSpec(card=card.to_dict(), experiment_module="tests.app.fault_experiment", device="cpu", scale=0.05,
-                     warmup=1)
+    job = TrialJob(card=card.to_dict(), experiment_module="tests.app.fault_experiment", device="cpu", scale=0.05,
+                   correctness={"same_factor": 4, "lowered_factor": 4},
+                   timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.02), profiler={"name": "cpu"},
+                   reference_path=str(tmp_path / "reference.pt"))
     worker = TrialWorker(log_path=tmp_path / "worker.log")
-    session = CardSession(worker, {
-        "spec": spec.to_json(), "correctness": {"same_factor": 4, "lowered_factor": 4},
-        "settings": {"warmup": 1, "min_repeats": 3, "budget_s": 0.02, "cuda_graph": False}, "rules": None,
-        "profiler": {"name": "cpu"}, "environment": {}, "reference_path": str(tmp_path / "reference.pt"),
-    }, deadline_s=120)
+    session = CardSession(worker, job, deadline_s=120)
     label = {"experiment": "fault_injection", "role": "trial"}
     try:
         base = session.measure(role="baseline", variant="base", params={}, label=label,
@@ -248,20 +246,20 @@ def test_a_new_worker_checks_against_the_saved_reference(tmp_path, peak_cache, m
         first_pid = worker.pid
         crash = session.measure(role="trial", variant="fault", params={"kind": "segfault"}, label=label,
                                 card_path=tmp_path / "t1.json")
-        assert crash.kind == "crash" and crash.restarted and worker.pid is None
+        assert crash.status is TrialStatus.CRASHED and crash.restarted and worker.pid is None
         assert not (tmp_path / "t1.json").exists()
         again = session.measure(role="trial", variant="ok", params={}, label=label, card_path=tmp_path / "t2.json")
         assert again.ok, again.reason
         assert worker.pid != first_pid and len(worker.startups) == 2
         # The same op as the baseline: its error against the saved float64 reference is the baseline's.
-        assert again.result["correctness"]["feasible"]
-        assert again.result["correctness"]["max_rel"] == base.result["correctness"]["max_rel"]
-        assert again.result["correctness"]["baseline_error"] == base.result["correctness"]["max_rel"]
+        assert again.judgement.feasible
+        assert again.judgement.max_rel == base.judgement.max_rel
+        assert again.judgement.baseline_error == base.judgement.max_rel
         # Without the saved reference a new worker has nothing to check against.
         worker.kill()
         (tmp_path / "reference.pt").unlink()
         lost = session.measure(role="trial", variant="ok", params={}, label=label, card_path=tmp_path / "t3.json")
-        assert lost.kind == "error" and "no correctness reference" in lost.reason
+        assert lost.status is TrialStatus.FAILED and "no correctness reference" in lost.reason
         assert worker.pid is not None  # an exception does not cost the worker
         # The same worker serves a later run of the process (experiment=auto): it logs to that run's folder.
         worker.use_run_dir(tmp_path / "next")
@@ -270,7 +268,7 @@ def test_a_new_worker_checks_against_the_saved_reference(tmp_path, peak_cache, m
                                card_path=tmp_path / "next" / "baseline.json").ok
         raised = session.measure(role="trial", variant="fault", params={"kind": "raise"}, label=label,
                                  card_path=tmp_path / "t4.json")
-        assert raised.kind == "error" and raised.reason == "ValueError: injected failure"
+        assert raised.status is TrialStatus.FAILED and raised.reason == "ValueError: injected failure"
         assert "injected failure" in (tmp_path / "next" / "worker.log").read_text()
         assert len(worker.startups) == 3
     finally:

@@ -123,14 +123,15 @@ def test_bad_input_exits_2_with_one_line(tmp_path, overrides, message):
     assert "Traceback" not in proc.stderr
 
 
-def test_confirmed_timing_restates_the_rates_on_the_card(seed_report):
-    import copy
+def test_a_batched_time_is_restated_per_original_call():
+    """The one per-call rate formula (harness.measure.variant_facts), which the confirm's restated cards use."""
+    from types import SimpleNamespace
 
-    from harness.card_search import restate_rates
+    from harness.experiment import Prepared
+    from harness.measure import variant_facts
+    from harness.profile.timing import TimingResult
 
-    card = copy.deepcopy(seed_report.card("dit-480-linear-m3n5120k5120-d55d81"))
-    card.extra["variant"] = {"calls": 4, "nominal_flops_per_call": 2e9, "per_call_us": 777.7, "achieved_tflops": 2.6}
-    card.extra["timing"] = {"median_us": 800.0}  # the confirm rounds' median per invocation of 4 calls
-    restate_rates(card)
-    assert card.extra["variant"]["per_call_us"] == 200.0
-    assert card.extra["variant"]["achieved_tflops"] == pytest.approx(2e9 / 200e-6 / 1e12)  # 10 TFLOP/s
+    timing = TimingResult.from_samples([800.0], warmup=0, method="test")  # per invocation of 4 calls
+    facts = variant_facts(Prepared(lambda: None, calls=4), SimpleNamespace(flops=2e9), timing)
+    assert facts["per_call_us"] == 200.0
+    assert facts["achieved_tflops"] == pytest.approx(2e9 / 200e-6 / 1e12)  # 10 TFLOP/s

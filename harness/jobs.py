@@ -1,0 +1,272 @@
+"""What crosses the worker boundary: the job a trial is, what it came to, and one table of outcomes.
+
+The run (harness.card_search) sends one `TrialJob` per request as a JSON line; the worker child
+(harness.worker.server) and the ncu child (harness.profile.ncu_child) rebuild the trial from it alone:
+it carries the card itself, as the run has it (a chunk card derived from the report, a round-2 card from
+best.json), so no child re-reads or re-lints the report. The child answers with one `TrialResult`.
+
+`TrialStatus` is the one vocabulary of outcomes: the child's answers, the parent's own (a crash, a
+missed deadline) and the search's (not drawn, interrupted, surplus). `OUTCOMES` maps each to Optuna's
+trial state and to the summary's wording; no status string is compared anywhere else.
+
+Pure Python (no torch, no Optuna): both processes import it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from enum import Enum
+from typing import Any, Mapping, TypeVar
+
+BASELINE = "baseline"
+
+
+class TrialStatus(str, Enum):
+    COMPLETE = "complete"
+    INFEASIBLE = "infeasible"  # measured, and its output is wrong (or it cheats a check)
+    SKIPPED = "skipped"  # the variant raised VariantSkipped: it cannot run here
+    NOT_DRAWN = "not_drawn"  # left out of the search: this device can never run it
+    FAILED = "failed"  # it raised
+    OOM = "oom"
+    CRASHED = "crashed"  # the worker process died
+    DEADLINE = "deadline"  # no answer within search.trial_deadline_s; the worker was killed
+    INTERRUPTED = "interrupted"  # the run was stopped mid-trial; the trial went back in the queue
+    SURPLUS = "surplus"  # created past the shared queue by a race; never measured
+    SETUP = "setup"  # the card's workload cannot be built: the configuration's fault, not the variant's
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a status means to the search and the summary."""
+
+    optuna_state: str  # the name of optuna.trial.TrialState the trial ends in
+    summary: str | None  # the summary's list it is shown in (skipped / infeasible / failed); None: not listed
+    restarts_worker: bool = False  # the child did not survive: a new one serves the next request
+
+
+OUTCOMES: dict[TrialStatus, Outcome] = {
+    TrialStatus.COMPLETE: Outcome("COMPLETE", None),
+    TrialStatus.INFEASIBLE: Outcome("PRUNED", "infeasible"),
+    TrialStatus.SKIPPED: Outcome("PRUNED", "skipped"),
+    TrialStatus.NOT_DRAWN: Outcome("PRUNED", None),
+    TrialStatus.FAILED: Outcome("FAIL", "failed"),
+    TrialStatus.OOM: Outcome("FAIL", "failed"),
+    TrialStatus.CRASHED: Outcome("FAIL", "failed", restarts_worker=True),
+    TrialStatus.DEADLINE: Outcome("FAIL", "failed", restarts_worker=True),
+    TrialStatus.INTERRUPTED: Outcome("FAIL", "failed"),
+    TrialStatus.SURPLUS: Outcome("PRUNED", None),
+    TrialStatus.SETUP: Outcome("FAIL", "failed"),
+}
+
+
+def status_of(value: str | None) -> TrialStatus | None:
+    """A stored status (a trial's user attribute), or None for a trial that recorded none."""
+    try:
+        return TrialStatus(value) if value else None
+    except ValueError:
+        return None
+
+
+class JobKind(str, Enum):
+    MEASURE = "measure"  # the baseline or one trial: checked, timed, profiled, its card written
+    RETIME = "retime"  # the baseline timed again (the drift check between trials)
+    CONFIRM = "confirm"  # baseline and best in paired rounds; both cards restated from them
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    warmup: int | None = None  # None: warm up until the timing is stable; an int: that many calls
+    min_repeats: int = 5
+    budget_s: float = 0.4
+    cuda_graph: bool = False
+
+
+@dataclass(frozen=True)
+class ConfirmPlan:
+    """The paired rounds of a confirm job, and the cards they restate."""
+
+    variant: str
+    params: dict[str, Any]
+    rounds: int
+    budget_s: float
+    baseline_card: str  # the cards the search wrote ...
+    tried_card: str
+    baseline_out: str  # ... and where the child writes them restated from the rounds
+    tried_out: str
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """Everything one request needs: how to build the card's workload, which trial, how to judge and time it."""
+
+    # -- the workload: the same for every request of one card (`workload_key`) --
+    card: dict[str, Any]  # the card as the run has it (Card.to_dict())
+    experiment_module: str
+    device: str
+    scale: float
+    seed: int = 0
+    inputs_dir: str | None = None
+    attention: dict[str, Any] = field(default_factory=dict)  # harness.workloads.attention.AttentionConfig
+    cast: dict[str, Any] = field(default_factory=dict)  # harness.workloads.cast.CastConfig
+    applied: list[dict[str, Any]] = field(default_factory=list)  # what earlier rounds adopted (harness.rounds)
+    # A chunk card's contained op cards' adopted variants (harness.rounds.adopted_by_card), to compose.
+    adopted: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    reference_path: str | None = None  # the card's float64 reference and standard, written with the baseline
+    # -- how it is judged, timed and profiled --
+    correctness: dict[str, Any] = field(default_factory=dict)  # harness.correctness.Rule
+    timing: TimingSettings = field(default_factory=TimingSettings)
+    rules: dict[str, Any] | None = None  # conf/rules; None: the shipped default
+    profiler: dict[str, Any] = field(default_factory=dict)  # the resolved backend's config; name none: time only
+    environment: dict[str, Any] = field(default_factory=dict)
+    # -- this request --
+    kind: JobKind = JobKind.MEASURE
+    role: str = BASELINE  # baseline, trial, drift, confirm ...
+    variant: str | None = None  # the variant a trial runs (the baseline's name for role baseline)
+    params: dict[str, Any] = field(default_factory=dict)
+    label: dict[str, Any] = field(default_factory=dict)  # the card's `harness` record: run, role, trial ...
+    card_path: str | None = None  # where the measured card is written
+    extra: dict[str, Any] = field(default_factory=dict)  # written into the measured card's extras
+    retime: TimingSettings | None = None
+    confirm: ConfirmPlan | None = None
+
+    @property
+    def warmup(self) -> int | None:
+        return self.timing.warmup
+
+    @property
+    def card_id(self) -> str:
+        return self.load_card().id
+
+    def load_card(self) -> Any:
+        """The card, parsed (harness.cards.model.Card)."""
+        from harness.cards.model import parse_report
+
+        return parse_report({"cards": [self.card]}, "trial job").cards[0]
+
+    def workload_key(self) -> str:
+        """Equal for requests the child can serve from one built workload and prepared baseline."""
+        building = ("card", "experiment_module", "device", "scale", "seed", "inputs_dir", "attention", "cast",
+                    "applied", "adopted", "reference_path")
+        return json.dumps({name: _plain(getattr(self, name)) for name in building}, sort_keys=True, default=str)
+
+    def for_trial(self, variant: str | None, params: Mapping[str, Any], role: str, **changes: Any) -> TrialJob:
+        return replace(self, variant=variant, params=dict(params), role=role, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        return _plain(asdict(self))
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> TrialJob:
+        values = _known(cls, obj, "trial job")
+        if isinstance(values.get("timing"), Mapping):
+            values["timing"] = TimingSettings(**_known(TimingSettings, values["timing"], "trial job timing"))
+        if isinstance(values.get("retime"), Mapping):
+            values["retime"] = TimingSettings(**_known(TimingSettings, values["retime"], "trial job retime"))
+        if isinstance(values.get("confirm"), Mapping):
+            values["confirm"] = ConfirmPlan(**_known(ConfirmPlan, values["confirm"], "trial job confirm"))
+        if "kind" in values:
+            values["kind"] = JobKind(values["kind"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """An output against its float64 reference (harness.correctness.Correctness, as it travels)."""
+
+    max_abs: float
+    max_rel: float
+    bound: float
+    derivation: str
+    baseline_error: float | None
+    precision: str
+    feasible: bool
+    note: str = ""
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> Judgement:
+        return cls(**_known(cls, obj, "judgement", strict=False))
+
+    def why_infeasible(self) -> str:
+        """One line: the numbers, and the check's own reason when it has one."""
+        why = f" ({self.note})" if self.note else ""
+        return f"max_rel {self.max_rel:.3g} > bound {self.bound:.3g}{why}"
+
+
+@dataclass(frozen=True)
+class SideRounds:
+    """One side of the confirm rounds: its median per original call in each round."""
+
+    round_us: list[float]  # per original call (a batched side's invocation divided by its calls)
+    calls: int
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What one request came to."""
+
+    status: TrialStatus
+    reason: str = ""
+    card_path: str | None = None  # the measured card, written before the answer (also for an infeasible one)
+    median_us: float | None = None  # per invocation
+    per_call_us: float | None = None  # per original call: what the search minimises
+    calls: int = 1
+    judgement: Judgement | None = None
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time by phase: timing_s, profile_s, setup_s ...
+    baseline_rounds: SideRounds | None = None  # a confirm job's two sides
+    tried_rounds: SideRounds | None = None
+    restart: bool = False  # the child's CUDA context is unusable: the parent starts a new one
+
+    @property
+    def ok(self) -> bool:
+        return self.status is TrialStatus.COMPLETE
+
+    @property
+    def outcome(self) -> Outcome:
+        return OUTCOMES[self.status]
+
+    @property
+    def restarted(self) -> bool:
+        """The child did not survive this request (a new one serves the next)."""
+        return self.outcome.restarts_worker
+
+    def to_json(self) -> dict[str, Any]:
+        return _plain(asdict(self))
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> TrialResult:
+        values = _known(cls, obj, "trial result")
+        values["status"] = TrialStatus(values["status"])
+        if isinstance(values.get("judgement"), Mapping):
+            values["judgement"] = Judgement.from_dict(values["judgement"])
+        for side in ("baseline_rounds", "tried_rounds"):
+            if isinstance(values.get(side), Mapping):
+                values[side] = SideRounds(**values[side])
+        return cls(**values)
+
+
+def per_call(median_us: float, calls: int) -> float:
+    """A time per invocation as a time per original call: the one place a batch's time is divided."""
+    return float(median_us) / max(int(calls), 1)
+
+
+_T = TypeVar("_T")
+
+
+def _known(cls: type[_T], obj: Mapping[str, Any], what: str, strict: bool = True) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(obj) - names)
+    if unknown and strict:
+        raise ValueError(f"{what}: unknown keys {', '.join(unknown)} (written by another harness version?)")
+    return {k: v for k, v in obj.items() if k in names}
+
+
+def _plain(value: Any) -> Any:
+    """JSON's own types: enums by value, tuples as lists."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
