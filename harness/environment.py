@@ -73,7 +73,7 @@ def describe_environment(device: str, config: Any) -> dict[str, Any]:
         env.update(device_name=props.name, sm_count=props.multi_processor_count,
                    compute_capability=f"{props.major}.{props.minor}", driver=_driver_version(),
                    device_index=index, device_uuid=str(getattr(props, "uuid", "")) or None)
-        env.update(_clocks(index))
+        env.update(nvml_clocks(index))
     else:
         env["device_name"] = env["cpu_name"]
     return env
@@ -117,7 +117,7 @@ def _driver_version() -> str | None:
         return None
 
 
-def _clocks(index: int) -> dict[str, int | None]:
+def nvml_clocks(index: int) -> dict[str, int | None]:
     """SM and memory clocks now and their maxima (MHz) from NVML; None without pynvml or NVML.
 
     Index `index` is NVML's, which equals torch's when CUDA_VISIBLE_DEVICES is unset; with it set,

@@ -124,8 +124,11 @@ def _evidence_lines(label: str, card: Card) -> list[str]:
 def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[CardDiff]) -> str:
     by_card = {d.card: d for d in diffs}
     nothing_searched = baseline_only(ctx.experiment)
+    # Why the run's profiler is not the one asked for (profiler=auto falling back from ncu), from run.py.
+    fallback = [f"Profiler note: {note}" for note in ctx.environment.get("profiler_notes") or []]
     lines = [f"# {ctx.experiment.name}", "", f"Hypothesis: {ctx.experiment.hypothesis}", "",
              f"Device: {ctx.environment.get('device_name')} ({ctx.device}); profiler: {ctx.profiler.name}", "",
+             *fallback, *([""] if fallback else []),
              f"Baseline us and variant us: {TIMING_BASIS} of the op (a batched variant's median is divided by "
              "its calls), from the paired confirm rounds when there were any. The profiler's kernel-duration sums "
              "are another quantity: diff.md and report.html give them, labelled per invocation. A variant is "

@@ -100,7 +100,9 @@ def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[Car
     _, not_drawn = drawable(space, experiment.unmet_needs(device))
     ctx = RunContext(
         cfg=cfg, run_dir=run_dir, experiment=experiment, rules=rules, device=device, profiler=profiler,
-        environment=describe_environment(device, cfg), storage=storage, report=normalized,
+        # The profiler's fallback notes travel in the environment: run.json (also a stopped run's) and summary.md.
+        environment={**describe_environment(device, cfg), "profiler_notes": list(notes)}, storage=storage,
+        report=normalized,
         settings=TimingSettings(warmup=None if timing["warmup"] is None else int(timing["warmup"]), min_repeats=int(timing["min_repeats"]),
                                 budget_s=float(timing["budget_s"]), cuda_graph=bool(timing.get("cuda_graph"))),
         not_drawn=not_drawn,

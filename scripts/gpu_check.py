@@ -674,7 +674,9 @@ def step_ncu_preflight(check: Check, step: Step, timeout: float) -> Outcome:
     numbers: dict[str, Any] = {"profile_seconds": round(tiny_run.seconds, 1), "query_exit": query.returncode}
     failure = detect(tiny_run.output, tiny_run.returncode)
     profiled = not tiny_run.timed_out and failure is None and "gpu__time_duration" in tiny_run.output
-    names = parse_query_metrics(query_out.read_text(errors="replace")) if query_out.exists() else set()
+    # A list from a query that failed or was killed may be cut short: only an exit 0 answer is used.
+    query_ok = query.returncode == 0 and query_out.exists()
+    names = parse_query_metrics(query_out.read_text(errors="replace")) if query_ok else set()
     numbers["chip_metric_names"] = len(names)
     requested = metrics_for("report+stalls+bytes")
     plan = resolve_metrics(requested, names or None, "this GPU")

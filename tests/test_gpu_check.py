@@ -138,6 +138,27 @@ esac
     assert f"profiler.available_metrics={check.metrics_file}" in overrides
 
 
+def test_preflight_does_not_use_the_list_of_a_query_that_failed(tmp_path: Path) -> None:
+    sys.path.insert(0, str(REPO))
+    from harness.profile.ncu.metrics import metrics_for
+
+    listing = tmp_path / "names.txt"  # the whole list, printed before the query failed
+    listing.write_text("\n".join(metrics_for("report+stalls+bytes")) + "\n")
+    ncu = _fake_ncu(tmp_path, f"""
+case "$1" in
+  --query-metrics) cat {listing}; echo '==ERROR== An error occurred while querying metrics.'; exit 1 ;;
+  *) echo '"ID","Kernel Name","gpu__time_duration.sum"'; echo '"","","ns"'; echo '"0","tiny","1,234"' ;;
+esac
+""")
+    check = _check(tmp_path, cuda=True, ncu=ncu)
+    outcome = gc.step_ncu_preflight(check, gc.STEPS[2], 60)  # a bound, not a wait: loaded CI starts processes slowly
+    assert outcome.status == "ok", outcome.result
+    assert check.ncu_ok is True and check.metrics_file is None
+    assert "metric list not checked (`ncu --query-metrics` exit 1, 0 names)" in outcome.result
+    assert outcome.numbers["query_exit"] == 1 and outcome.numbers["chip_metric_names"] == 0
+    assert "profiler.available_metrics=auto" in check.ncu_overrides(gc.STEPS[3], "reprofile", 60)
+
+
 def test_preflight_that_cannot_profile_skips_the_ncu_steps_only(tmp_path: Path) -> None:
     ncu = _fake_ncu(tmp_path, "echo '==ERROR== Failed to initialize the profiler: LibraryNotLoaded'; exit 1\n")
     check = _check(tmp_path, cuda=True, ncu=ncu, installed=True)

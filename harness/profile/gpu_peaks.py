@@ -7,6 +7,10 @@ denominator:
   TF32 as half of it, device-to-device copy);
 - "measured": a peak the user measured on their machine; it wins over both.
 
+The device's own facts (L2 size and SM count from torch's device properties, clocks from NVML) win
+over the table's wherever the device gives them; `to_dict()["facts"]` says, for each, which it was.
+The table's L2 sizes are what each board reports (an H200 60 MiB, an H100 50 MiB): a fallback only.
+
 Units: TFLOP/s (1e12 FLOP/s) for math, TB/s (1e12 B/s) for DRAM, bytes for L2.
 """
 
@@ -32,6 +36,15 @@ TENSOR_CORE_KEYS = frozenset({"bf16_tflops", "fp16_tflops", "tf32_tflops"})
 
 DATASHEET, PRACTICAL, MEASURED = "datasheet", "practical", "measured"
 MiB = 1024 * 1024
+# Where a device fact (L2 size, SM count, clocks) came from.
+FROM_DEVICE = "device (torch.cuda.get_device_properties)"
+FROM_NVML = "device (NVML)"
+FROM_CALLER = "given by the caller"
+UNKNOWN = "unknown"
+
+
+def from_table(key: str) -> str:
+    return f"peak table entry {key!r} (fallback: not read from the device)"
 
 _H100_DS = "NVIDIA H100 Tensor Core GPU datasheet (dense: with-sparsity figures halved)"
 _H200_DS = "NVIDIA H200 Tensor Core GPU datasheet (dense: with-sparsity figures halved)"
@@ -67,6 +80,10 @@ class DevicePeaks:
     practical_ref: str = ""
     measured: Mapping[str, float] = field(default_factory=dict)
     measured_ref: str = ""
+    l2_source: str = UNKNOWN  # FROM_DEVICE, or from_table(key) where the device did not say
+    sm_count_source: str = UNKNOWN
+    clocks_mhz: Mapping[str, int] = field(default_factory=dict)  # NVML's sm/mem clock, now and max
+    clocks_source: str = UNKNOWN
 
     @property
     def matched(self) -> bool:
@@ -97,6 +114,11 @@ class DevicePeaks:
             "l2_bytes": self.l2_bytes,
             "limits": self.limits.to_dict() if self.limits else None,
             "peaks": peaks,
+            "facts": {
+                "l2_bytes": {"value": self.l2_bytes, "source": self.l2_source},
+                "sm_count": {"value": self.limits.sm_count if self.limits else None, "source": self.sm_count_source},
+                "clocks_mhz": {"value": dict(self.clocks_mhz) or None, "source": self.clocks_source},
+            },
         }
 
 
@@ -124,7 +146,7 @@ _H100_PCIE = DevicePeaks(
     datasheet_ref=_H100_DS,
 )
 _H200 = DevicePeaks(
-    key="H200", device_name="", limits=_hopper(132), l2_bytes=50 * MiB,
+    key="H200", device_name="", limits=_hopper(132), l2_bytes=60 * MiB,  # L2_cache_size 62914560 on an H200
     datasheet={"bf16_tflops": 989.4, "fp16_tflops": 989.4, "tf32_tflops": 494.7,
                "fp32_tflops": 66.9, "dram_tbps": 4.8},
     datasheet_ref=_H200_DS,
@@ -177,13 +199,16 @@ def lookup(
     entry = _entry_for(device_name, total_memory_b)
     if entry is None:
         entry = DevicePeaks(key=GENERIC, device_name=device_name, limits=None, l2_bytes=None)
-    entry = replace(entry, device_name=device_name)
+    entry = replace(entry, device_name=device_name,
+                    l2_source=from_table(entry.key) if entry.l2_bytes else UNKNOWN,
+                    sm_count_source=from_table(entry.key) if entry.limits else UNKNOWN)
     if sm_count is not None or compute_capability is not None:
         base = entry.limits
         cc = compute_capability or (base.compute_capability if base else None)
         count = sm_count or (base.sm_count if base else None)
         if cc is not None and count is not None and cc in supported_compute_capabilities():
-            entry = replace(entry, limits=SmLimits.for_arch(cc[0], cc[1], count))
+            entry = replace(entry, limits=SmLimits.for_arch(cc[0], cc[1], count),
+                            sm_count_source=FROM_CALLER if sm_count else entry.sm_count_source)
     if measured is not None:
         if isinstance(measured, Mapping):
             entry = entry.with_measured(measured, "measured (given in code)")
@@ -224,8 +249,11 @@ def for_current_device(
     device: int | None = None,
     measured: Mapping[str, float] | str | os.PathLike[str] | None = None,
 ) -> DevicePeaks:
-    """Peaks of a CUDA device, with its SM limits and L2 size read from the device itself."""
+    """Peaks of a CUDA device, with its SM limits and L2 size read from the device itself, and its
+    clocks from NVML where pynvml is importable; the table's values only where the device is silent."""
     import torch
+
+    from harness.environment import nvml_clocks
 
     index = torch.cuda.current_device() if device is None else device
     props = torch.cuda.get_device_properties(index)
@@ -236,6 +264,11 @@ def for_current_device(
         sm_count=props.multi_processor_count,
         measured=measured,
     )
+    if props.multi_processor_count and entry.limits is not None:
+        entry = replace(entry, sm_count_source=FROM_DEVICE)
+    clocks = {k: v for k, v in nvml_clocks(index).items() if v is not None}
+    entry = replace(entry, clocks_mhz=clocks,
+                    clocks_source=FROM_NVML if clocks else "not read (pynvml absent or NVML unavailable)")
     if entry.limits is not None:
         # Fields that not every torch version exposes keep the architecture table's value.
         entry = replace(entry, limits=replace(
@@ -248,5 +281,7 @@ def for_current_device(
             ),
         ))
     l2 = getattr(props, "L2_cache_size", None)
-    return replace(entry, l2_bytes=l2 or entry.l2_bytes)
+    if l2:
+        return replace(entry, l2_bytes=int(l2), l2_source=FROM_DEVICE)
+    return entry
 

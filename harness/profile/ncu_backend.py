@@ -9,7 +9,9 @@ Before the first trial the metric list is checked against the chip (`profiler.av
 `auto` asks `ncu --query-metrics`, a path reads a saved answer, null checks nothing): a metric the
 chip lacks would fail every trial, so it is swapped for an alternative or dropped, with a note on
 every profile. With `profiler.keep_dir` each trial keeps its spec and report in a folder of its own,
-`<keep_dir>/<card id>/<NNN>_<role>_<variant>/`, numbered in the order they ran.
+`<keep_dir>/<card id>/<NNN>_<role>_<variant>/`, numbered in the order they ran; without it the trial's
+temporary folder is removed once the report is read. Every profile records which ncu ran (its path
+and `ncu --version` line).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -25,15 +28,16 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from harness.cards.fields import SOURCE_NCU
 from harness.profile.base import Profile, ProfilerUnavailable, WorkloadFacts
 from harness.profile.gpu_peaks import for_current_device
-from harness.profile.ncu.command import find_ncu, profile_command
+from harness.profile.ncu.command import find_ncu, profile_command, searched_for_ncu
 from harness.profile.ncu.failures import NcuFailure
-from harness.profile.ncu.importer import cards_from_ncu
+from harness.profile.ncu.importer import cards_from_ncu, kernel_notes
 from harness.profile.ncu.metrics import (
     MetricPlan,
     metrics_for,
     parse_query_metrics,
     resolve_metrics,
 )
+from harness.profile.ncu.probe import ncu_version
 from harness.profile.ncu.runner import run_command, run_ncu
 
 if TYPE_CHECKING:  # the profilers do not import the experiments' side at run time
@@ -64,10 +68,14 @@ def chip_metrics(setting: Any, ncu: str) -> tuple[set[str] | None, str, str | No
             except OSError as exc:
                 _QUERIED[ncu] = (None, source, f"metric list not checked: {source} could not run ({exc})")
             else:
+                # Only an answer from an ncu that exited 0 is used: a list printed before a failure or a
+                # kill may be cut short, and checking against it would drop metrics the chip has.
                 if result.returncode != 0 or result.timed_out:
                     last = next((ln for ln in reversed((result.stdout + result.stderr).splitlines()) if ln.strip()),
                                 "no output")
-                    _QUERIED[ncu] = (None, source, f"metric list not checked: {source} failed ({last.strip()})")
+                    how = (f"killed on its {QUERY_DEADLINE_S:g} s deadline" if result.timed_out
+                           else f"exit {result.returncode}")
+                    _QUERIED[ncu] = (None, source, f"metric list not checked: {source} failed ({how}: {last.strip()})")
                 else:
                     _QUERIED[ncu] = (parse_query_metrics(result.stdout), source, None)
         return _QUERIED[ncu]
@@ -103,11 +111,12 @@ def trial_folder(keep_dir: Path, spec: TrialSpec) -> Path:
 
 
 def ncu_usable(cfg: Mapping[str, Any]) -> tuple[bool, str]:
-    """Whether ncu can be tried here: the executable exists (permissions show on the first trial)."""
+    """Whether ncu can be tried here, and the executable (or why not): `executable` as configured, or
+    found (command.find_ncu). Whether it can profile is the probe's question (probe.probe_ncu)."""
     executable = cfg.get("executable") or "ncu"
     found = find_ncu() if executable == "ncu" else executable
     if not found:
-        return False, "ncu not on PATH and NCU_HOME not set"
+        return False, searched_for_ncu()
     return True, found
 
 
@@ -147,6 +156,13 @@ class NcuProfiler:
             workdir = trial_folder(Path(self.keep_dir), spec)
         else:
             workdir = Path(tempfile.mkdtemp(prefix="harness-ncu-"))
+        try:
+            return self._profile_in(workdir, spec, plan)
+        finally:
+            if not self.keep_dir:  # a report per trial would fill /tmp over a search
+                shutil.rmtree(workdir, ignore_errors=True)
+
+    def _profile_in(self, workdir: Path, spec: TrialSpec, plan: MetricPlan) -> Profile:
         spec_path = workdir / "trial_spec.json"
         spec_path.write_text(json.dumps({"spec": spec.to_json(), "nvtx_range": NVTX_RANGE}), encoding="utf-8")
         command = profile_command(
@@ -159,11 +175,14 @@ class NcuProfiler:
         cards = cards_from_ncu(command.report_path, group_by="range")
         kernels = [k for card in cards for k in card.kernels]
         if not kernels:
-            raise NcuFailure("no_kernels", f"ncu profiled no kernel in range {NVTX_RANGE!r}; see {workdir}")
+            where = workdir if self.keep_dir else "set profiler.keep_dir=DIR to keep the trial's report"
+            raise NcuFailure("no_kernels", f"ncu profiled no kernel in range {NVTX_RANGE!r}; see {where}")
         for kernel in kernels:
             kernel.extra["metrics_source"] = SOURCE_NCU
         settings = {k: v for k, v in command.settings.items() if k != "metrics"}
-        settings.update(report=str(command.report_path), seconds=round(result.seconds, 2))
+        settings.update(ncu_executable=self.executable, ncu_version=ncu_version(self.executable),
+                        report=str(command.report_path) if self.keep_dir else None,
+                        seconds=round(result.seconds, 2))
         settings["metrics_checked_against"] = self._plan_source
         if plan.substituted:
             settings["metrics_substituted"] = dict(plan.substituted)
@@ -172,4 +191,4 @@ class NcuProfiler:
         # ncu measures; the device's peaks are recorded beside the counters for rooflines and hooks.
         peaks = {**for_current_device().to_dict(), "used": "recorded for reference; the metrics are ncu's"}
         return Profile(kernels=kernels, backend="ncu", metrics_source=SOURCE_NCU, peaks=peaks, settings=settings,
-                       notes=list(plan.notes))
+                       notes=[*plan.notes, *kernel_notes(kernels)])

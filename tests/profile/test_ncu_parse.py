@@ -187,10 +187,15 @@ def test_raw_page_without_units_row_is_rejected() -> None:
         parse_text("\n".join(lines))
 
 
-def test_unknown_unit_is_an_error_not_a_guess() -> None:
+def test_unknown_unit_is_never_a_guess_it_is_null_with_a_note() -> None:
     text = read(DETAILS_SM75).replace('"Duration","ns"', '"Duration","fortnight"')
     (record,) = parse_text(text)
-    with pytest.raises(NcuUnitError, match="fortnight"):
+    notes: list[str] = []
+    metrics = report_metrics(record, notes)
+    assert metrics["dur_us"] is None and metrics["waves"] == 6.4  # the other fields are still read
+    assert len(notes) == 1 and notes[0].startswith("dur_us left null: ") and "'fortnight'" in notes[0]
+    assert "--print-units base" in notes[0] and "\n" not in notes[0]
+    with pytest.raises(NcuUnitError, match="fortnight"):  # a caller without a place for notes is told
         report_metrics(record)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from harness.cards.fields import METRIC_FIELDS, SOURCE_TORCH_CUDA_TRACE
 from harness.profile.base import WorkloadFacts
-from harness.profile.gpu_peaks import DATASHEET, GENERIC, MEASURED, PRACTICAL, lookup
+from harness.profile.gpu_peaks import DATASHEET, GENERIC, MEASURED, PRACTICAL, from_table, lookup
 from harness.profile.torch_cuda import Tf32Switches, build_profile, compute_peak_key, roofline_pcts
 from harness.profile.torch_trace import TraceError, launch_stats, load_trace, parse_trace
 
@@ -216,7 +216,11 @@ def test_h200_keeps_datasheet_and_practical_peaks():
     assert peaks.peak("tf32_tflops").value == 395.0
     assert peaks.peak("fp16_tflops").source == DATASHEET  # no practical fp16 number given
     assert peaks.peak("fp32_tflops").value == 66.9
-    assert peaks.l2_bytes == 50 * 1024 * 1024
+    # What an H200 reports (torch L2_cache_size 62914560), labelled as the table's where no device says so.
+    assert peaks.l2_bytes == 60 * 1024 * 1024 and lookup("NVIDIA H100 80GB HBM3").l2_bytes == 50 * 1024 * 1024
+    facts = peaks.to_dict()["facts"]
+    assert facts["l2_bytes"] == {"value": 60 * 1024 * 1024, "source": from_table("H200")}
+    assert "fallback" in facts["sm_count"]["source"] and facts["clocks_mhz"]["value"] is None
     assert peaks.to_dict()["peaks"]["dram_tbps"]["source"] == PRACTICAL
 
 

@@ -28,15 +28,51 @@ class NcuCommand:
     settings: dict[str, object] = field(default_factory=dict)
 
 
+# Where the Nsight Compute installer puts each version (/opt/nvidia/nsight-compute/2025.3.1/ncu), a
+# folder that is often not on PATH. A module constant so tests can point it at a folder of their own.
+NCU_INSTALL_ROOT = Path("/opt/nvidia/nsight-compute")
+
+
+def _version_key(name: str) -> tuple[int, ...] | None:
+    """(2025, 3, 1) for a version folder "2025.3.1"; None for a folder not named by a version."""
+    parts = name.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+
+
+def installed_ncus(root: Path | None = None) -> list[str]:
+    """The ncu executables of the versions installed under `root` (NCU_INSTALL_ROOT), newest first."""
+    base = NCU_INSTALL_ROOT if root is None else root
+    try:
+        folders = [p for p in base.iterdir() if p.is_dir()]
+    except OSError:  # no such folder, or not readable: nothing installed there
+        return []
+    versioned = [(key, p) for p in folders if (key := _version_key(p.name)) is not None]
+    found = []
+    for _, folder in sorted(versioned, key=lambda pair: pair[0], reverse=True):
+        executable = shutil.which("ncu", path=str(folder))
+        if executable:
+            found.append(executable)
+    return found
+
+
 def find_ncu() -> str | None:
-    """The ncu executable: on PATH, else in $NCU_HOME."""
+    """The ncu executable: on PATH, else in $NCU_HOME (or its bin/), else the newest version under
+    NCU_INSTALL_ROOT."""
     on_path = shutil.which("ncu")
     if on_path:
         return on_path
     home = os.environ.get("NCU_HOME")
     if home:
-        return shutil.which("ncu", path=home)
-    return None
+        in_home = shutil.which("ncu", path=os.pathsep.join((home, os.path.join(home, "bin"))))
+        if in_home:
+            return in_home
+    installed = installed_ncus()
+    return installed[0] if installed else None
+
+
+def searched_for_ncu() -> str:
+    """Where find_ncu looked, for the message that it found nothing."""
+    return f"ncu not on PATH, not in NCU_HOME, nor under {NCU_INSTALL_ROOT}/*/"
 
 
 def profile_command(

@@ -19,6 +19,7 @@ from harness.profile.ncu.report_file import read_report
 
 GroupBy = Literal["range", "kernel"]
 
+NCU_NOTES = "ncu_notes"  # a kernel's extra: what the parser could not read (a field left null, and why)
 _REPORT_MAGIC = b"NVR\x00"  # first bytes of every .ncu-rep seen so far
 _REPORT_SUFFIXES = (".ncu-rep", ".ncu-repz")
 
@@ -82,13 +83,22 @@ def _records_from_text(text: str) -> list[NcuKernelRecord]:
 
 
 def _kernel(record: NcuKernelRecord) -> Kernel:
+    # A unit the parser does not know leaves its field None with a note (NCU_NOTES), not a failed import.
+    notes: list[str] = []
     metrics = empty_metrics()
-    metrics.update(report_metrics(record))
+    metrics.update(report_metrics(record, notes))
     extra: dict[str, object] = {"metrics_source": SOURCE_NCU, "ncu_id": record.id}
-    counters = counter_metrics(record)
+    counters = counter_metrics(record, notes)
     if counters:
         extra["ncu_counters"] = counters
+    if notes:
+        extra[NCU_NOTES] = notes
     return Kernel(name=record.name, metrics=metrics, extra=extra)
+
+
+def kernel_notes(kernels: list[Kernel]) -> list[str]:
+    """The parser's notes of these kernels (fields left null), each once, in order."""
+    return list(dict.fromkeys(note for k in kernels for note in k.extra.get(NCU_NOTES) or []))
 
 
 def _card(name: str, kernels: list[Kernel]) -> Card:

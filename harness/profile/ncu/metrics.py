@@ -9,6 +9,8 @@ A metric ncu does not know on the chip makes the whole run fail ("Failed to find
 trial's list can be checked first against the chip's own list (`ncu --query-metrics
 --query-metrics-mode all`, read by `parse_query_metrics`): `resolve_metrics` keeps what the chip
 has, swaps a missing metric for its first alternative the chip has, and drops the rest with a note.
+Launch attributes (`launch__*`) and device attributes (`device__attribute_*`) are not hardware counters:
+ncu reports them for every kernel, and the query lists counters only, so they are never checked.
 """
 
 from __future__ import annotations
@@ -123,6 +125,15 @@ def metrics_for(set_name: str) -> list[str]:
 # Every ncu since 2019 has it on every chip: a query list without it was not parsed right.
 SENTINEL_METRIC = "gpu__time_duration.sum"
 _REGEX = "regex:"
+# Attributes of the launch and of the device, which ncu records for every kernel without a counter
+# pass; `--query-metrics` lists the chip's counters, so checking these against it would drop them
+# (and with launch__waves_per_multiprocessor the partial_wave_tail class could never fire).
+UNCHECKED_PREFIXES: tuple[str, ...] = ("launch__", "device__attribute_")
+
+
+def is_attribute(name: str) -> bool:
+    """Whether `name` is a launch or device attribute: always requested, never checked on the chip."""
+    return name.startswith(UNCHECKED_PREFIXES)
 
 
 def parse_query_metrics(text: str) -> set[str]:
@@ -164,7 +175,8 @@ def _has(name: str, available: set[str]) -> bool:
 def resolve_metrics(requested: list[str], available: set[str] | None, source: str = "the chip") -> MetricPlan:
     """`requested` checked against the chip's metric names (`available`; None: not checked, all kept).
 
-    A list without SENTINEL_METRIC is not trusted (a query that printed something else) and leaves
+    Launch and device attributes (is_attribute) are kept whatever the list says. A list without
+    SENTINEL_METRIC is not trusted (a query that printed something else, or was cut short) and leaves
     `requested` as it is, with a note."""
     if available is None:
         return MetricPlan(list(requested), {}, [], [])
@@ -176,7 +188,7 @@ def resolve_metrics(requested: list[str], available: set[str] | None, source: st
     dropped: list[str] = []
     notes: list[str] = []
     for name in requested:
-        if _has(name, available):
+        if is_attribute(name) or _has(name, available):
             pick: str | None = name
         else:
             pick = next((alt for alt in _alternatives_of(name) if alt in available), None)

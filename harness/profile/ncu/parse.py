@@ -10,7 +10,9 @@ table starts at the header line whose first field is "ID".
   "Metric Name" (a display label such as "Duration"), "Metric Unit" and "Metric Value".
 
 Values keep ncu's text until a field is read: thousands separators are removed from numbers, and
-anything that is not a single number (instanced values, "n/a", enum names) stays a string.
+anything that is not a single number (instanced values, "n/a", enum names) stays a string. A unit
+this module does not know is never guessed: given a list for notes, the field stays None and the
+note says which unit (one odd unit must not cost a trial its other fields); without one it raises.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Iterable
 
 from harness.cards.fields import METRIC_UNITS
 from harness.profile.ncu.metrics import CACHE_BYTES_METRICS, FIELD_SOURCES, STALL_METRIC
-from harness.profile.ncu.units import to_report_unit
+from harness.profile.ncu.units import NcuUnitError, to_report_unit
 
 RAW = "raw"
 DETAILS = "details"
@@ -104,33 +106,44 @@ def parse_text(text: str) -> list[NcuKernelRecord]:
     return _parse_raw(header, rows)
 
 
-def report_metrics(record: NcuKernelRecord) -> dict[str, float | None]:
-    """The report's metric fields in report units; a field this kernel does not carry is None."""
+def report_metrics(record: NcuKernelRecord, notes: list[str] | None = None) -> dict[str, float | None]:
+    """The report's metric fields in report units; a field this kernel does not carry is None.
+
+    `notes`: where a field whose unit is unknown is named (the field is then None); None: such a
+    unit raises NcuUnitError."""
     out: dict[str, float | None] = {}
     for name, source in FIELD_SOURCES.items():
         keys = source.names() + ((source.display,) if source.display else ())
-        out[name] = _read(record, record.value(*keys), METRIC_UNITS[name])
+        out[name] = _read(record, record.value(*keys), METRIC_UNITS[name], notes, name)
     return out
 
 
-def counter_metrics(record: NcuKernelRecord) -> dict[str, float]:
+def counter_metrics(record: NcuKernelRecord, notes: list[str] | None = None) -> dict[str, float]:
     """What the unresolved counter-experiment reads, when collected: "stall_<reason>" (warps stalled
-    per issue-active cycle, see metrics.STALL_METRIC) and "l1tex_mb"/"lts_mb" (bytes, in MB)."""
+    per issue-active cycle, see metrics.STALL_METRIC) and "l1tex_mb"/"lts_mb" (bytes, in MB).
+    `notes` as for report_metrics: a counter in an unknown unit is left out, and named there."""
     out: dict[str, float] = {}
     for key in record.values:
         match = STALL_METRIC.match(key)
         if match:
-            stall = _read(record, record.value(key), "ratio")
+            name = f"stall_{match.group('reason')}"
+            stall = _read(record, record.value(key), "ratio", notes, name)
             if stall is not None:
-                out[f"stall_{match.group('reason')}"] = stall
+                out[name] = stall
     for name, metric in CACHE_BYTES_METRICS.items():
-        moved = _read(record, record.value(metric), "MB")
+        moved = _read(record, record.value(metric), "MB", notes, name)
         if moved is not None:
             out[name] = moved
     return out
 
 
-def _read(record: NcuKernelRecord, found: tuple[str, Value, str] | None, target: str) -> float | None:
+def _read(
+    record: NcuKernelRecord,
+    found: tuple[str, Value, str] | None,
+    target: str,
+    notes: list[str] | None = None,
+    field_name: str = "",
+) -> float | None:
     if found is None:
         return None
     key, value, unit = found
@@ -139,7 +152,13 @@ def _read(record: NcuKernelRecord, found: tuple[str, Value, str] | None, target:
         if value.strip().lower() in _MISSING:
             return None
         raise NcuParseError(f"{what}: value {value!r} is not a single number")
-    return to_report_unit(value, unit, target, what)
+    try:
+        return to_report_unit(value, unit, target, what)
+    except NcuUnitError as exc:
+        if notes is None:
+            raise
+        notes.append(f"{field_name or key} left null: {exc}")
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
