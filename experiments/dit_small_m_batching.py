@@ -5,12 +5,12 @@ per latent frame, M=3. Such a call is pure weight streaming: 30720x5120 bf16 = 3
 about 66 us at 4.8 TB/s, whatever the kernel (docs/domain.md section 2). Two levers (section 5):
 
 - `batched(k)`: the rows of k calls that share the weight stacked into one GEMM, [3k, K] @ W^T + b, so
-  the weight is read once per k calls. The first call's rows are the workload's own; the other k-1
-  calls get distinct seeded random rows of the same scale (other timesteps). Their inputs exist ahead
-  of time: the rows depend only on the timestep, and a chunk's timesteps are fixed by the sampler, so
-  the sinusoidal embedding of all k timesteps is one op producing the [3k, K] block; no gather is
-  timed. Correctness covers every row: the expected output is the baseline op applied to each call's
-  rows, concatenated, computed once when the variant is prepared.
+  the weight is read once per k calls. The k calls are the harness's (`w.calls(k)`): the first call's
+  rows are the workload's own, the other k-1 calls' distinct seeded rows of the same scale (other
+  timesteps). Their inputs exist ahead of time: the rows depend only on the timestep, and a chunk's
+  timesteps are fixed by the sampler, so the sinusoidal embedding of all k timesteps is one op
+  producing the [3k, K] block; no gather is timed. Correctness covers every row: the harness checks
+  each call's rows against that call's own float64 reference.
 - `gemv(block_size, vector_width)`: a CUDA C kernel (CuPy RawKernel) that streams W once for the
   call's few rows: one warp per output column, `vector_width`-element vector loads (up to 16 B),
   fp32 accumulation, a warp-shuffle reduction, the bias added before one rounding to the output
@@ -41,8 +41,9 @@ import torch.nn.functional as F
 from harness.cards.fields import DRAM_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL
 from harness.cards.measures import dram_bytes
 from harness.experiment import Experiment, Prepared, VariantSkipped
+from harness.optional import install_hint
 from harness.profile.peak_lookup import card_peaks
-from harness.workloads.base import Workload, dtype_name, element_size
+from harness.workloads.base import Workload, WorkloadError, dtype_name, element_size
 
 EXPERIMENT = Experiment(
     name="dit_small_m_batching",
@@ -95,35 +96,19 @@ def one_call(w: Workload) -> Callable[[], torch.Tensor]:
     return lambda: F.linear(x, weight, bias)
 
 
-def other_rows(w: Workload, calls: int) -> torch.Tensor:
-    """Distinct seeded rows for `calls` other calls: [calls * M, K], the scale of the workload's rows."""
-    x = w.inputs["x"]
-    m, k = x.shape
-    generator = torch.Generator(device="cpu").manual_seed(1_000_003 + int(w.seed or 0))
-    std = float(x.float().std()) if x.numel() > 1 else 1.0
-    rows = torch.randn(calls * m, k, generator=generator, dtype=torch.float32) * (std or 1.0)
-    return rows.to(device=x.device, dtype=x.dtype)
-
-
-def stacked_rows(w: Workload, k: int) -> torch.Tensor:
-    """The rows of k calls stacked: the workload's call first, then k-1 other calls."""
-    x = w.inputs["x"]
-    return torch.cat([x, other_rows(w, k - 1)]) if k > 1 else x
-
-
 @EXPERIMENT.variant
 def batched(w: Workload, k: int = 5) -> Prepared:
     """One GEMM over the rows of k calls that share the weight; time per call = time / k."""
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise VariantSkipped(f"k={k!r}: a positive number of calls")
     _require_weight_streaming(w)
-    x, weight, bias = _inputs(w)
-    m = x.shape[0]
-    xs = stacked_rows(w, k)
-    # The baseline op on each call's own rows, so every one of the k blocks is checked.
-    expected = torch.cat([F.linear(block, weight, bias) for block in xs.split(m)])
-    facts = {"k": k, "rows": k * m, "weight_reads_per_call": 1.0 / k}
-    return Prepared(lambda: F.linear(xs, weight, bias), calls=k, expected=expected, facts=facts)
+    _, weight, bias = _inputs(w)
+    try:
+        xs = w.calls(k).stacked["x"]  # the k calls' rows, the workload's own first: [k x M, K]
+    except WorkloadError as exc:
+        raise VariantSkipped(str(exc)) from None
+    facts = {"k": k, "rows": xs.shape[0], "weight_reads_per_call": 1.0 / k}
+    return Prepared(lambda: F.linear(xs, weight, bias), calls=k, facts=facts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,7 +221,7 @@ def _gemv_kernel(dtype: str, rows: int, vector_width: int, block_size: int) -> A
     return cupy.RawKernel(gemv_source(dtype, rows, vector_width, block_size), "gemv_rows")
 
 
-@EXPERIMENT.variant(needs="cuda")
+@EXPERIMENT.variant(needs=("cuda", "cupy"))
 def gemv(w: Workload, block_size: int = 256, vector_width: int = 8) -> Prepared:
     """The call's rows times W^T with the CuPy GEMV kernel (W streamed once, vector loads)."""
     x, weight, bias = _inputs(w)
@@ -251,7 +236,7 @@ def gemv(w: Workload, block_size: int = 256, vector_width: int = 8) -> Prepared:
     try:
         cupy = importlib.import_module("cupy")
     except ImportError as exc:
-        missing.append(f"cupy not installed ({exc}); pip install '.[gpu]' on a CUDA machine")
+        missing.append(f"needs cupy ({exc}): {install_hint('cupy')}")
     if missing:
         raise VariantSkipped("; ".join(missing))
     vec_bytes = vector_width * element_size(x.dtype)

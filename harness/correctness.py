@@ -43,33 +43,84 @@ K is `Workload.reduction_length` (linear K, conv3d Cin/groups*kT*kH*kW, attentio
 A planted bug (a dropped bias, a transposed weight, a wrong block of rows, a key range off by a block)
 errs by 10% or more of max|ref| on these inputs; bf16's lowered bound at factor 4 is 1.6%.
 
-A variant that says what it must return (`Prepared.expected`: `calls` original calls' outputs stacked
-on dim 0, the first block being the workload's own call, whose inputs are the workload's inputs) is
-checked in two steps, since only that first block has a float64 reference:
+A declaration alone is not trusted: an fp32 linear that drops the last 2 of K=13824 terms and declares
+bfloat16 errs by 0.0137, under that 1.6%. So a lowered variant is judged in two more steps
+(harness.precision has the means):
 
-1. the expected output itself: its first block against the reference, by the same-precision rule
-   (expected is the baseline op applied to each call); a wrong or mis-shaped expected is infeasible;
-2. the output: its first block against the reference, and all of it against expected. By the triangle
-   inequality the error of any block against its exact value is at most its distance to expected plus
-   expected's own error (measured on the first block), so max_rel is the larger of the first block's
-   error and that sum, held to the variant's bound.
+1. Evidence it cannot write itself: its call, run once under a dispatch mode that sees every aten op,
+   computes in the declared dtype (a cast into it counts: the Triton and CuPy kernels it feeds are
+   invisible there), or its output is in that dtype; TF32, a math mode, needs an op on CUDA on float32
+   tensors while torch allowed TF32. Without evidence the declaration is ignored: the variant is held
+   to the same-precision bound, and the note says so.
+2. The emulated reference: the op's float64 reference on the workload's inputs rounded to the declared
+   precision, summed exactly, and rounded as the variant's output is (to bf16/fp16 when the output is
+   in that dtype, or when every value of a float32 output lies on that grid: a bf16 result returned as
+   .float()). An honest kernel differs from it only by
+   - its accumulation: a float32 accumulator errs on the rounded products as the original op's float32
+     kernel errs on its own, e_b (the same bound is the floor), or, in another order or blocking, by
+     about sqrt(K) u_acc of the result (the model above);
+   - when both round the output: two values closer than one step of the lowered grid round to the same
+     point or to adjacent ones, at most one step, 2 u_p 2^e <= 2 u_p |y| <= 2 u_p max|ref| for y in
+     [2^e, 2^(e+1)); so u_p counts once, and emulated_factor 2 admits exactly one step at the largest
+     element;
+   - for TF32, the kernel's own conversion of each input (cuBLAS rounds ties away from zero, a tensor
+     core fed float32 registers truncates): within one TF32 step of the emulation's, up to u_tf32 of
+     the result.
+   So, norm-wise like max_rel (max|out - emulated| / max|emulated|),
 
-The other calls' blocks of expected cannot be checked without their float64 reference: a wrong block
-there that the variant reproduces exactly goes unseen.
+       feasible iff max_rel(emulated) <= max(same bound, emulated_factor * (u_c + u_r + sqrt(K) * u_acc))
+
+   with u_r = u_p when the output is rounded to the lowered dtype, else 0, and u_c = u_tf32 for TF32,
+   else 0 (bf16 and fp16 inputs are rounded by torch's cast, to nearest even as the emulation). Norm-wise,
+   not per element: a kernel's intermediate roundings (flash attention's probabilities rounded to bf16
+   for the PV product, bf16 split-K partials) flip the last bits of small elements by several of their
+   own steps (7 on the CPU's bf16 conv3d 384->384), far below one step of max|ref| (0.6 u_p there; flash
+   attention over 4680 keys: 0.7-1.5 u_p). The dropped terms above are 2.4-3.3 u_p off it at bf16 output
+   (seeds 0-5, 8 x 64 outputs), over 600 times its bound at float32 output.
+
+   The float64 check with the lowered bound still applies: the emulated check shows that the variant
+   computes what it declares, the float64 one that this precision is good enough for this op on these
+   inputs (an exact bf16 computation of a cancelling sum is far from the float64 result, and the
+   emulated check alone would accept it). max_rel and bound are the float64 check's unless the emulated
+   check fails; the note gives both. A chunk (vae_decode, dit_block) has no emulated reference (its
+   modules' weights and every op in between round too): the float64 check stands alone, noted.
+
+Rounds: round N's adopted variant is round N+1's baseline. Had its own error set round N+1's bound,
+the tolerance would compound (0.0137 -> 0.0548 -> 0.139). So e_b is always the original op's error
+(the workload's own run(), the card's op as the report ran it, measured each round: judge_baseline on
+its output, anchored_standard), never an adopted variant's, and the coarsest precision adopted on the
+card so far applies to every variant of the round, its baseline (the adopted variant) included, as if
+it declared it: round 2's and round 3's bounds are round 1's.
+
+A variant that batches k original calls (`Prepared(calls=k)`) computes the k calls the harness built
+(`w.calls(k)`, harness.workloads.draws): call 0 is the workload's own, the others seeded draws of its
+activations over the same constants (a linear's rows sharing its weight, a conv3d's streaming frame
+windows), and every call has its own float64 reference. Its output, the k calls' outputs stacked on
+dim 0, is judged like any output against those references stacked the same way (`CallBatch.reference()`,
+passed as the reference), under the same bound: every call is held to its exact value, so a variant
+that computes one call and repeats it, drops a call or misplaces one is infeasible. Nothing the variant
+supplies about the other calls is trusted: it names no expected output of its own.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import torch
 
 from harness.workloads.base import WorkloadError, dtype_name, parse_dtype
 
+if TYPE_CHECKING:  # harness.precision imports this module
+    from harness.precision import Observed
+
 ACCUMULATOR = torch.float32  # what the kernels accumulate lowered-precision products in
-_TF32_UNIT_ROUNDOFF = 2.0**-11  # TF32 keeps 10 fraction bits; torch has no dtype for it
+TF32 = "tf32"  # a math mode of float32 tensors, not a storage dtype: torch has no dtype for it
+_TF32_NAMES = (TF32, "tfloat32")
+_TF32_UNIT_ROUNDOFF = 2.0**-11  # TF32 keeps 10 fraction bits
+# harness.config_schema.CorrectnessConfig's default: one step of the lowered grid at the largest element
+EMULATED_FACTOR = 2.0
 
 
 class CorrectnessError(ValueError):
@@ -78,7 +129,7 @@ class CorrectnessError(ValueError):
 
 def unit_roundoff(dtype: torch.dtype | str) -> float:
     """u = half the machine epsilon (round to nearest): 2^-24 float32, 2^-8 bfloat16; 0 for integers."""
-    if isinstance(dtype, str) and dtype.strip().lower() in ("tf32", "tfloat32"):
+    if isinstance(dtype, str) and dtype.strip().lower() in _TF32_NAMES:
         return _TF32_UNIT_ROUNDOFF
     try:
         parsed = parse_dtype(dtype, "precision")
@@ -89,22 +140,50 @@ def unit_roundoff(dtype: torch.dtype | str) -> float:
     return 0.0
 
 
+def precision_name(precision: str) -> str:
+    """A precision's one spelling: "bf16" -> "bfloat16", "tfloat32" -> "tf32"; a floating dtype or TF32."""
+    if precision.strip().lower() in _TF32_NAMES:
+        return TF32
+    try:
+        parsed = parse_dtype(precision, "precision")
+    except WorkloadError as exc:
+        raise CorrectnessError(str(exc)) from None
+    if not parsed.is_floating_point:
+        raise CorrectnessError(f"precision {precision!r}: name a floating-point dtype")
+    return dtype_name(parsed)
+
+
+def storage_dtype(precision: str) -> torch.dtype | None:
+    """The dtype a tensor of `precision` is stored in; None for TF32, which only float32 math uses."""
+    name = precision_name(precision)
+    return None if name == TF32 else parse_dtype(name)
+
+
+def coarsest(precisions: Iterable[str | None]) -> str | None:
+    """The lowest of these precisions (the largest unit roundoff), None if none is given: what a card is
+    judged at once variants of several precisions were adopted on it."""
+    names = [precision_name(p) for p in precisions if p is not None]
+    return max(names, key=unit_roundoff) if names else None
+
+
 @dataclass(frozen=True)
 class Rule:
     """The experiment's factors (conf/experiment/*.yaml `experiment.correctness`)."""
 
     same_factor: float
     lowered_factor: float
+    emulated_factor: float = EMULATED_FACTOR
 
     def __post_init__(self) -> None:
-        for name in ("same_factor", "lowered_factor"):
+        for name in ("same_factor", "lowered_factor", "emulated_factor"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise CorrectnessError(f"experiment.correctness.{name}={value!r}: must be a number > 0")
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> Rule:
-        return cls(float(section["same_factor"]), float(section["lowered_factor"]))
+        return cls(float(section["same_factor"]), float(section["lowered_factor"]),
+                   float(section["emulated_factor"]))
 
 
 @dataclass(frozen=True)
@@ -119,7 +198,9 @@ class Bound:
 @dataclass
 class Correctness:
     max_abs: float
-    max_rel: float  # max |out - ref| / max |ref| against the float64 reference
+    # max |out - ref| / max |ref| against the float64 reference; for a lowered variant that fails the check
+    # against its emulated reference, against that one (the note gives both checks' numbers)
+    max_rel: float
     bound: float  # the largest max_rel accepted
     derivation: str  # how the bound was derived
     baseline_error: float | None  # e_b: the baseline's max_rel against the same reference
@@ -157,12 +238,19 @@ def check_output(out: torch.Tensor, ref: torch.Tensor, bound: float | Bound,
 
 @dataclass(frozen=True)
 class Standard:
-    """What one card's variants are held to: the rule, and the baseline's error in its own dtype."""
+    """What one card's variants are held to: the rule, the original op's error in its own dtype, and the
+    precision adopted on the card in earlier rounds (anchored_standard)."""
 
     rule: Rule
-    baseline_error: float
-    dtype: torch.dtype  # what the baseline delivers: its unit roundoff is the floor
+    baseline_error: float  # e_b: the original op's max_rel (the card's op as the report ran it), every round
+    dtype: torch.dtype  # what the original op delivers: its unit roundoff is the floor
     reduction_length: int
+    adopted_precision: str | None = None  # the coarsest precision adopted earlier: every variant is held to it
+
+    def precision_for(self, declared: str | None) -> str | None:
+        """The precision a variant is judged at: the coarser of its declaration and the one adopted earlier
+        (its inputs, carried from that round, already hold that rounding); None: the same precision."""
+        return coarsest((declared, self.adopted_precision))
 
     def bound(self, precision: str | None = None) -> Bound:
         floor = unit_roundoff(self.dtype)
@@ -176,52 +264,100 @@ class Standard:
                                          f"{self.rule.lowered_factor:g} x (u({precision}) {lowered_u:.3g} + "
                                          f"sqrt(K={k}) x u(float32) {acc_u:.3g}) = {lowered:.3g})", precision)
 
+    def emulated_bound(self, precision: str, grid: torch.dtype | None) -> Bound:
+        """The largest max_rel accepted against the emulated reference of `precision`, rounded to `grid`
+        (the dtype the output is rounded to, None: unrounded)."""
+        name, acc_u, k = precision_name(precision), unit_roundoff(ACCUMULATOR), self.reduction_length
+        same = self.bound(None)
+        # TF32 inputs are converted inside the kernel, in its own rounding mode (cuBLAS rounds ties away
+        # from zero, a tensor core fed float32 registers truncates): within one TF32 step of the emulation's.
+        conversion_u = unit_roundoff(TF32) if name == TF32 else 0.0
+        rounding_u = unit_roundoff(grid) if grid is not None else 0.0
+        model = self.rule.emulated_factor * (conversion_u + rounding_u + math.sqrt(k) * acc_u)
+        terms = [f"u({TF32} conversion) {conversion_u:.3g}"] if conversion_u else []
+        terms += [f"u({dtype_name(grid)} output) {rounding_u:.3g}"] if grid is not None else []
+        terms += [f"sqrt(K={k}) x u(float32) {acc_u:.3g}"]
+        return Bound(max(same.value, model), f"emulated {name}: max(same precision's {same.value:.3g}, "
+                                             f"{self.rule.emulated_factor:g} x ({' + '.join(terms)}) = {model:.3g})",
+                     name)
+
     def judge(self, output: torch.Tensor, reference: torch.Tensor, *, precision: str | None = None,
-              expected: torch.Tensor | None = None, calls: int = 1) -> Correctness:
-        """A variant's output against the float64 reference (and its own expected output, if it has one)."""
-        bound = self.bound(precision)
-        if expected is None:
-            return check_output(output, reference, bound, self.baseline_error)
-        return self._judge_expected(output, reference, bound, expected, calls)
+              emulated: torch.Tensor | None = None, evidence: Observed | None = None) -> Correctness:
+        """A variant's output against the float64 reference: the workload's own, or for a variant batching
+        k calls the batch's, every call's stacked on dim 0 (CallBatch.reference()).
 
-    def _judge_expected(self, output: torch.Tensor, reference: torch.Tensor, bound: Bound,
-                        expected: torch.Tensor, calls: int) -> Correctness:
-        rows = reference.shape[0]  # every op's output has a leading dimension to stack calls on
-        want = (calls * rows, *reference.shape[1:])
+        precision: the variant's declaration (Prepared.precision); the card's adopted precision applies
+        without one (precision_for). emulated: harness.precision.emulated_reference of the same workload
+        or batch in the precision judged at, None where it has none (a chunk). evidence:
+        harness.precision.observed_precisions of the variant's call; None: its output dtype alone is the
+        evidence. A lowered precision without evidence is ignored (judged at the same precision, noted).
+        """
+        lowered = self.precision_for(precision)
+        if lowered is None:
+            return check_output(output, reference, self.bound(None), self.baseline_error)
+        if output.dtype != storage_dtype(lowered) and not (evidence is not None and evidence.shows(lowered)):
+            held = f"declares {lowered}" if precision is not None and precision_name(precision) == lowered else (
+                f"is held to {lowered}, adopted on this card in an earlier round,")
+            seen = f" ({evidence.describe()})" if evidence is not None else ""
+            result = check_output(output, reference, self.bound(None), self.baseline_error)
+            result.note = " ".join(filter(None, [
+                result.note, f"{held} but neither its output dtype nor any op of its call computes in {lowered}"
+                             f"{seen}: judged at the baseline's precision"]))
+            return result
+        plain = check_output(output, reference, self.bound(lowered), self.baseline_error)
+        if emulated is None:
+            plain.note = " ".join(filter(None, [plain.note, f"no {lowered}-emulated reference for this op: "
+                                                            "checked against the float64 one alone"]))
+            return plain
+        if plain.note:  # a wrong shape or a non-finite value: nothing more to compare
+            return plain
+        grid = output_grid(output, lowered)
+        target = emulated if grid is None else emulated.to(grid).to(torch.float64)
+        emu = check_output(output, target, self.emulated_bound(lowered, grid), self.baseline_error)
+        how = f"inputs rounded to {lowered}, summed exactly" + (f", output rounded to {dtype_name(grid)}" if grid else "")
+        note = "; ".join(f"against the {what} reference{detail}: max_rel {c.max_rel:.3g} {'<=' if c.feasible else '>'} "
+                         f"{c.bound:.3g}" for what, detail, c in ((f"{lowered}-emulated", f" ({how})", emu),
+                                                                   ("float64", "", plain)))
+        decided = plain if emu.feasible else emu  # the pair that says why it is infeasible
+        return Correctness(decided.max_abs, decided.max_rel, decided.bound, f"{plain.derivation}; {emu.derivation}",
+                           self.baseline_error, lowered, plain.feasible and emu.feasible, note)
 
-        def infeasible(max_abs: float, max_rel: float, note: str) -> Correctness:
-            return Correctness(max_abs, max_rel, bound.value, bound.derivation, self.baseline_error,
-                               bound.precision, False, note)
 
-        if tuple(expected.shape) != want:
-            return infeasible(math.inf, math.inf, f"Prepared.expected has shape {tuple(expected.shape)}, not "
-                                                  f"{calls} call(s) of {tuple(reference.shape)} stacked on dim 0")
-        trusted = check_output(expected[:rows], reference, self.bound(None), self.baseline_error)
-        if not trusted.feasible:
-            return infeasible(math.inf, math.inf, "Prepared.expected is wrong: its own call's block is off the "
-                                                  f"float64 reference by max_rel {trusted.max_rel:.3g} > "
-                                                  f"{trusted.bound:.3g} {trusted.note}".rstrip())
-        whole_abs, whole_rel, problem = _errors(output, expected)
-        if problem:
-            return infeasible(math.inf, math.inf, problem.replace("reference", "Prepared.expected"))
-        first = check_output(output[:rows], reference, bound)
-        max_rel = max(first.max_rel, whole_rel + trusted.max_rel)
-        note = (f"all {calls} calls' rows: {whole_rel:.3g} from Prepared.expected + its own error "
-                f"{trusted.max_rel:.3g}; the workload's own call: {first.max_rel:.3g} from the reference")
-        return Correctness(max(first.max_abs, whole_abs), max_rel, bound.value, bound.derivation,
-                           self.baseline_error, bound.precision, max_rel <= bound.value, note)
+def output_grid(output: torch.Tensor, precision: str) -> torch.dtype | None:
+    """The lowered dtype `output` is rounded to: its own dtype when that is bf16 or fp16, else the
+    precision's storage dtype when every value of a wider output lies on its grid (a bf16 result returned
+    as .float(): a float32 result falls on the bf16 grid by chance with probability 2^-16 per element);
+    None: not rounded to a lowered dtype."""
+    if output.dtype in (torch.bfloat16, torch.float16):
+        return output.dtype
+    lowered = storage_dtype(precision)
+    if lowered is None or not output.is_floating_point() or unit_roundoff(output.dtype) >= unit_roundoff(lowered):
+        return None
+    return lowered if torch.equal(output, output.to(lowered).to(output.dtype)) else None
 
 
-def judge_baseline(output: torch.Tensor, reference: torch.Tensor, rule: Rule,
-                   reduction_length: int) -> tuple[Standard, Correctness]:
-    """The baseline's own error e_b against the float64 reference, and the standard it sets for the variants.
+def anchored_standard(rule: Rule, original_error: float, original_dtype: torch.dtype, reduction_length: int,
+                      adopted_precision: str | None = None) -> Standard:
+    """The standard of a round: from the original op's error e_orig in its dtype (never an adopted
+    variant's), and the coarsest precision adopted on the card in earlier rounds (None: none lowered)."""
+    adopted = None if adopted_precision is None else precision_name(adopted_precision)
+    return Standard(rule, float(original_error), original_dtype, int(reduction_length), adopted)
 
-    The baseline defines the standard, so it is feasible unless its output is malformed; an e_b beyond
-    what its dtype's rounding explains is noted (TF32 or a reduced-precision kernel, or a reference
-    that computes another op).
+
+def judge_baseline(output: torch.Tensor, reference: torch.Tensor, rule: Rule, reduction_length: int,
+                   adopted_precision: str | None = None) -> tuple[Standard, Correctness]:
+    """The original op's own error e_b against the float64 reference, and the standard it sets for the
+    round's variants and its baseline (anchored_standard).
+
+    `output` is the original op's (the workload's own run(): the card's op as the report ran it), in
+    every round: from round 2 on the round's baseline is the adopted variant, judged by the standard
+    like any variant. The original op defines the standard, so it is feasible unless its output is
+    malformed; an e_b beyond what its dtype's rounding explains is noted (TF32 or a reduced-precision
+    kernel, or a reference that computes another op).
     """
     max_abs, max_rel, problem = _errors(output, reference)
-    standard = Standard(rule, max_rel if not problem else math.inf, output.dtype, int(reduction_length))
+    standard = anchored_standard(rule, max_rel if not problem else math.inf, output.dtype, reduction_length,
+                                 adopted_precision)
     bound = standard.bound(None)
     note = problem
     if not problem:

@@ -4,31 +4,36 @@ An experiment module in `experiments/` creates one `Experiment` and registers sm
 TritonBench style. Each variant takes the card's built workload (inputs already made, nothing timed)
 plus its Optuna parameters, and returns the callable that is timed and profiled, or a `Prepared`
 when it has more to say (several original calls batched into one, FLOPs executed beyond the nominal
-ones, an expected output of its own, the lower precision it computes in, facts for the card). Every
-output is checked against the workload's float64 reference (harness.correctness). A variant that
+ones, the lower precision it computes in, facts for the card). Every output is checked against the
+workload's float64 reference (harness.correctness); a variant batching k calls computes the k calls the
+harness built (`w.calls(k)`), each checked against its own reference. A variant that
 cannot run here raises `VariantSkipped` with the reason, which the summary shows; one that can never
-run on some devices says so when it is registered (`@EXPERIMENT.variant(needs="cuda")`, or `needs=` a
-function of the device), and the search leaves it out there instead of spending trials on it. An
-optional `annotate` hook adds the experiment's own evidence to every measured card (achieved TFLOP/s,
-bandwidth bound, warp stalls). An optional `workload` hook changes what is measured: it takes the card's
-workload as built and returns the one the experiment times (e.g. the card's op extended with its
-producer, so that a fusion is measured against the unfused chain), applied wherever a trial's workload
-is built (harness.trial_spec.build_trial_workload).
+run on some devices or installs says so when it is registered (`@EXPERIMENT.variant(needs="cuda")`,
+`needs=("cuda", "triton")`, or `needs=` a function of the device), and the search leaves it out there
+instead of spending trials on it. An optional `annotate` hook adds the experiment's own evidence to every
+measured card (achieved TFLOP/s, bandwidth bound, warp stalls). An optional `workload` hook changes what is
+measured: it takes the card's workload as built and returns the one the experiment times (e.g. the card's op
+extended with its producer, so that a fusion is measured against the unfused chain), applied wherever a
+trial's workload is built (harness.trial_spec.build_trial_workload).
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Callable, overload
 
 import torch
 
 from harness.correctness import CorrectnessError, unit_roundoff
+from harness.optional import needs_module
 from harness.rounds import RoundError, check_carries
 from harness.workloads.base import Workload, WorkloadError
 
+
+EXPECTED_REMOVED = ("Prepared.expected is no longer taken: build the k calls with w.calls(k); the harness computes "
+                    "each call's float64 reference")
 
 
 @dataclass
@@ -36,11 +41,11 @@ class Prepared:
     """A variant ready to time: the callable and what the card must know about it."""
 
     fn: Callable[[], torch.Tensor]
-    calls: int = 1  # original calls of the op one invocation performs (batching); time is per call
+    # Original calls of the op one invocation performs (batching); time is per call. With calls=k > 1, fn
+    # computes the k calls the harness built with w.calls(k) and returns their outputs stacked on dim 0, each
+    # checked against its own float64 reference (harness.workloads.draws.batch_for, harness.correctness).
+    calls: int = 1
     executed_flops: float | None = None  # FLOPs the kernels execute, padding to tiles included
-    # What fn must return when it is not one call's output: `calls` calls' outputs stacked on dim 0, the
-    # first being the workload's own call (checked against the float64 reference: harness.correctness).
-    expected: torch.Tensor | None = None
     # The dtype it computes in when that is below the baseline's (e.g. "bfloat16"): held to that
     # dtype's rounding instead of the baseline's error. None: the baseline's precision (or higher).
     precision: str | None = None
@@ -50,8 +55,12 @@ class Prepared:
     carries: dict[str, dict[str, str]] = field(default_factory=dict)
     # What to change in the model to get this variant (recipe.md), when the docstring does not say it.
     recipe: str | None = None
+    # Refused: what a batch's other calls must give is the harness's to compute, not the variant's to claim.
+    expected: InitVar[Any] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, expected: Any) -> None:
+        if expected is not None:
+            raise ExperimentError(EXPECTED_REMOVED)
         if self.calls < 1:
             raise ExperimentError(f"Prepared.calls={self.calls}: must be at least 1")
         if self.precision is not None:
@@ -79,7 +88,19 @@ def needs_cuda(device: str) -> str | None:
     return None if device.startswith("cuda") else f"needs CUDA; device is {device}"
 
 
-NEEDS: dict[str, NeedsFn] = {"cuda": needs_cuda}  # the names `needs=` takes besides a function
+# The names `needs=` takes besides a function: a CUDA device, and the optional packages a variant cannot run
+# without at all (checked without importing them; the base install has neither).
+NEEDS: dict[str, NeedsFn] = {"cuda": needs_cuda, "triton": needs_module("triton"), "cupy": needs_module("cupy")}
+
+
+def all_needs(checks: list[NeedsFn]) -> NeedsFn:
+    """Every one of `checks` met; otherwise all the unmet ones, so a CPU without Triton hears of both."""
+
+    def check(device: str) -> str | None:
+        unmet = [why for why in (c(device) for c in checks) if why]
+        return "; ".join(unmet) or None
+
+    return check
 
 
 class VariantSkipped(RuntimeError):
@@ -118,19 +139,24 @@ class Experiment:
     def variant(self, fn: VariantFn) -> VariantFn: ...
 
     @overload
-    def variant(self, *, needs: str | NeedsFn) -> Callable[[VariantFn], VariantFn]: ...
+    def variant(self, *, needs: str | NeedsFn | tuple[str | NeedsFn, ...]) -> Callable[[VariantFn], VariantFn]: ...
 
-    def variant(self, fn: VariantFn | None = None, *,
-                needs: str | NeedsFn | None = None) -> VariantFn | Callable[[VariantFn], VariantFn]:
+    def variant(self, fn: VariantFn | None = None, *, needs: str | NeedsFn | tuple[str | NeedsFn, ...] | None = None
+                ) -> VariantFn | Callable[[VariantFn], VariantFn]:
         """Register a variant: `@EXPERIMENT.variant`, or `@EXPERIMENT.variant(needs=...)` for one that
-        can never run on some devices. `needs` is "cuda" or a function of the run's device returning
-        why the variant cannot run there (None: it can); where it says no, the search does not draw the
-        variant (the summary lists it as not drawn) rather than spend trials on skips. A variant that
+        can never run on some devices or installs. `needs` is a name of NEEDS ("cuda", "triton", "cupy"),
+        a function of the run's device returning why the variant cannot run there (None: it can), or a
+        tuple of them, all required; where one says no, the search does not draw the variant (the summary
+        lists it as not drawn, with every unmet need) rather than spend trials on skips. A variant that
         fails only for some parameters, or only at run time, raises VariantSkipped instead."""
-        if isinstance(needs, str) and needs not in NEEDS:
-            raise ExperimentError(f"{self.name}: needs={needs!r}: give one of {', '.join(NEEDS)} or a "
-                                  "function of the device returning why the variant cannot run there (None: it can)")
-        check = NEEDS[needs] if isinstance(needs, str) else needs
+        wanted = needs if isinstance(needs, tuple) else () if needs is None else (needs,)
+        checks: list[NeedsFn] = []
+        for need in wanted:
+            if isinstance(need, str) and need not in NEEDS:
+                raise ExperimentError(f"{self.name}: needs={need!r}: give one of {', '.join(NEEDS)} or a function "
+                                      "of the device returning why the variant cannot run there (None: it can)")
+            checks.append(NEEDS[need] if isinstance(need, str) else need)
+        check = None if not checks else checks[0] if len(checks) == 1 else all_needs(checks)
 
         def register(f: VariantFn) -> VariantFn:
             if f.__name__ in self.variants:

@@ -10,6 +10,8 @@ nothing depends on this CPU's bf16 support. Expected outcomes are the planted on
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 from dataclasses import asdict
 from pathlib import Path
@@ -26,14 +28,20 @@ from harness.correctness import (
     Rule,
     Standard,
     check_output,
+    coarsest,
     judge_baseline,
+    output_grid,
     unit_roundoff,
 )
 from harness.experiment import ExperimentError, Prepared
-from harness.workloads import build_workload, valid_prefix_attention
+from harness.precision import emulated_reference, observed_precisions, round_to_tf32
+from harness.rounds import carry
+from harness.validate import ConfigError, compose_checked
+from harness.workloads import batch_for, build_workload, valid_prefix_attention
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "experiment"
-RULE = Rule(same_factor=4, lowered_factor=4)  # what every shipped config states (test_configs_state_the_factors)
+# what every shipped config states (test_configs_state_the_factors)
+RULE = Rule(same_factor=4, lowered_factor=4, emulated_factor=2)
 BF16 = "bfloat16"
 
 
@@ -198,58 +206,81 @@ def test_honest_attention_variants_are_feasible(attention):
 
 
 # ---------------------------------------------------------------------------------------------
-# A batched variant's own expected output (dit_small_m_batching.batched)
+# A batched variant (dit_small_m_batching.batched) on the harness's k calls, each against its own reference
 
 
 @pytest.fixture(scope="module")
 def batched(seed_report):
     judge = Judge(_card_workload(seed_report, "dit-480-linear-m3n5120k5120-d55d81", dtype=BF16, scale=0.05))
     assert judge.w.shape["M"] == 3 and judge.w.shape["K"] == 5120
-    return judge, dit_small_m_batching.batched(judge.w, k=4)
+    prepared = dit_small_m_batching.batched(judge.w, k=4)
+    return judge, prepared, batch_for(judge.w, prepared.calls)
 
 
-def _judge_both(judge: Judge, prepared: Prepared, out: torch.Tensor, expected: torch.Tensor | None = None):
-    kw = {"expected": prepared.expected if expected is None else expected, "calls": prepared.calls}
-    return judge.same(out, **kw), judge.lowered(out, **kw)
+def _judge_both(judge: Judge, out: torch.Tensor, reference: torch.Tensor):
+    return judge.standard.judge(out, reference), judge.standard.judge(out, reference, precision=BF16)
+
+
+def test_the_batch_reference_is_every_calls_own_op_in_float64(batched):
+    judge, _, batch = batched
+    weight, bias = (judge.w.inputs[name].double() for name in ("weight", "bias"))
+    # x W^T + b summed term by term in float64, each call's block from that call's own rows
+    want = torch.cat([torch.einsum("mk,nk->mn", call["x"].double(), weight) + bias for call in batch.inputs])
+    torch.testing.assert_close(batch.reference(), want, rtol=1e-12, atol=1e-12)
+    assert torch.equal(batch.reference()[:3], judge.ref)  # call 0 is the workload's own
 
 
 def test_honest_batched_rows_are_feasible(batched):
-    judge, prepared = batched
-    for result in _judge_both(judge, prepared, prepared.fn()):
+    judge, prepared, batch = batched
+    for result in _judge_both(judge, prepared.fn(), batch.reference()):
         assert result.feasible, result
 
 
+def test_one_call_repeated_k_times_is_infeasible(batched):
+    """The fake 4x: the workload's own call computed once and repeated for the other 3 calls."""
+    judge, _, batch = batched
+    repeated = judge.w.run().repeat(4, 1)
+    for result in _judge_both(judge, repeated, batch.reference()):
+        assert not result.feasible and result.max_rel > 0.1, result  # the other calls' rows are unrelated
+
+
 def test_one_wrong_block_of_batched_rows_is_infeasible(batched):
-    judge, prepared = batched
+    judge, prepared, batch = batched
     out = prepared.fn().clone()
     rows = slice(6, 9)  # the third call's rows, computed without the bias
-    out[rows] = F.linear(dit_small_m_batching.stacked_rows(judge.w, 4)[rows], judge.w.inputs["weight"])
-    for result in _judge_both(judge, prepared, out):
+    out[rows] = F.linear(batch.stacked["x"][rows], judge.w.inputs["weight"])
+    for result in _judge_both(judge, out, batch.reference()):
         assert not result.feasible, result
 
 
-def test_a_wrong_expected_output_is_infeasible(batched):
-    """An expected output that agrees with a wrong variant is itself checked against the reference."""
-    judge, prepared = batched
-    x, weight = judge.w.inputs["x"], judge.w.inputs["weight"]
-    wrong = prepared.expected.clone()
-    wrong[:3] = F.linear(x, weight)  # the workload's own call without its bias, and the output agrees
-    out = prepared.fn().clone()
-    out[:3] = wrong[:3]
-    for result in _judge_both(judge, prepared, out, expected=wrong):
-        assert not result.feasible and "Prepared.expected is wrong" in result.note, result
-    rotated = torch.cat([prepared.expected[3:], prepared.expected[:3]])  # the own call not first
-    for result in _judge_both(judge, prepared, rotated, expected=rotated):
-        assert not result.feasible and "Prepared.expected is wrong" in result.note, result
+def test_a_missing_call_is_infeasible(batched):
+    judge, prepared, batch = batched
+    for result in _judge_both(judge, prepared.fn()[:9], batch.reference()):
+        assert not result.feasible and "output shape (9, " in result.note, result
 
 
-def test_a_missing_call_or_a_misshapen_expected_is_infeasible(batched):
-    judge, prepared = batched
-    out = prepared.fn()
-    for result in _judge_both(judge, prepared, out[:9]):
-        assert not result.feasible and "Prepared.expected" in result.note, result
-    for result in _judge_both(judge, prepared, out[:9], expected=prepared.expected[:9]):
-        assert not result.feasible and "not 4 call(s)" in result.note, result
+def test_a_result_kept_from_the_first_prepare_fails_on_the_second_draw(batched):
+    """Right on draw 0 only: a variant that keeps the output it computed the first time it was prepared.
+    Prepared again on draw 1, as the harness does, it returns draw 0's output."""
+    judge, _, _ = batched
+    kept: list[torch.Tensor] = []
+
+    def remembering(w):
+        if not kept:
+            kept.append(w.run())
+        return lambda: kept[0]
+
+    assert judge.same(remembering(judge.w)()).feasible
+    second = judge.w.redraw(1)
+    result = judge.standard.judge(remembering(second)(), second.reference())
+    assert not result.feasible and result.max_rel > 0.1, result
+
+
+def test_prepared_takes_no_expected_output():
+    with pytest.raises(ExperimentError) as raised:
+        Prepared(lambda: torch.zeros(4), calls=4, expected=torch.zeros(4))
+    assert str(raised.value) == ("Prepared.expected is no longer taken: build the k calls with w.calls(k); the "
+                                 "harness computes each call's float64 reference")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,6 +341,8 @@ def test_rule_and_precision_are_validated():
         Rule(0, 4)
     with pytest.raises(CorrectnessError, match="lowered_factor=-1"):
         Rule(4, -1)
+    with pytest.raises(CorrectnessError, match="emulated_factor=0"):
+        Rule(4, 4, 0)
     with pytest.raises(ExperimentError, match="floating-point"):
         Prepared(lambda: torch.zeros(1), precision="uint8")
     with pytest.raises(ExperimentError, match="unknown precision"):
@@ -365,3 +398,263 @@ def test_synthetic_bias_is_of_the_products_order_and_seeded():
     conv = build_workload("conv3d", {"input": [1, 8, 3, 6, 6], "weight": [64, 8, 3, 3, 3]}, device="cpu",
                           dtype="float32", scale=1.0, seed=0)
     assert 0.6 < float(conv.inputs["bias"].std()) < 1.4
+
+
+# ---------------------------------------------------------------------------------------------
+# A declared precision: evidence from its call, and the reference emulating it (harness.precision)
+
+LINEAR_K13824 = "dit-480-linear-m1170n5120k13824-ffde6a"
+ACC_K13824 = math.sqrt(13824) * 2.0**-24  # the accumulation term sqrt(K) u(float32) at the issue's K
+
+
+@pytest.fixture(scope="module")
+def k13824(seed_report):
+    """The issue's K=13824 linear card, at 8 x 64 outputs."""
+    judge = Judge(_card_workload(seed_report, LINEAR_K13824, scale=1.0, M=8, N=64))
+    assert judge.w.shape["K"] == judge.w.reduction_length == 13824
+    return judge
+
+
+def _judged(judge: Judge, fn, precision: str | None = BF16, standard: Standard | None = None):
+    """A variant's call judged as the worker judges it: its output, the evidence of one observed call, and
+    the reference emulating the precision it is held to."""
+    standard = standard or judge.standard
+    out = fn()
+    held = standard.precision_for(precision)
+    emulated = None if held is None else emulated_reference(judge.w, held, out.dtype)
+    return standard.judge(out, judge.ref, precision=precision, emulated=emulated, evidence=observed_precisions(fn))
+
+
+def _linear_parts(judge: Judge) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return tuple(judge.w.inputs[k] for k in ("x", "weight", "bias"))
+
+
+def _honest_bf16_linear(judge: Judge):
+    lowered = [t.to(torch.bfloat16) for t in _linear_parts(judge)]
+    return lambda: F.linear(*lowered)  # a bf16 GEMM: fp32 accumulation, bf16 output
+
+
+def _dropped(judge: Judge) -> torch.Tensor:
+    """The linear in float32 without its last 2 of K reduction terms."""
+    x, weight, bias = _linear_parts(judge)
+    return F.linear(x[:, :-2], weight[:, :-2], bias)
+
+
+def test_honest_bf16_linear_is_feasible_against_its_emulation(k13824):
+    bf16 = _honest_bf16_linear(k13824)
+    for fn in (bf16, lambda: bf16().float()):  # bf16 out, and the same returned as float32
+        result = _judged(k13824, fn)
+        assert result.feasible and result.precision == BF16, result
+        assert ("against the bfloat16-emulated reference (inputs rounded to bfloat16, summed exactly, output "
+                "rounded to bfloat16)") in result.note, result
+
+
+def test_dropping_terms_and_declaring_bf16_is_infeasible(k13824):
+    x, weight, _ = _linear_parts(k13824)
+    # What the 2 dropped terms weigh, computed apart: over bf16's lowered bound's one step, under the bound.
+    planted = float(F.linear(x[:, -2:].double(), weight[:, -2:].double()).abs().max() / k13824.ref.abs().max())
+    assert 2 * 2.0**-8 < planted < k13824.standard.bound(BF16).value  # the hole of the float64 check alone
+
+    undeclared = _judged(k13824, lambda: _dropped(k13824))  # all float32: no evidence
+    assert not undeclared.feasible and undeclared.precision == "same", undeclared
+    assert ("declares bfloat16 but neither its output dtype nor any op of its call computes in bfloat16 (its "
+            "call computes in float32): judged at the baseline's precision") in undeclared.note
+
+    def decoy() -> torch.Tensor:
+        x.to(torch.bfloat16)  # a cast thrown away: evidence, but no bf16 math
+        return _dropped(k13824)
+
+    for fn, bound in ((decoy, 2 * ACC_K13824), (lambda: _dropped(k13824).to(torch.bfloat16),
+                                                2 * (2.0**-8 + ACC_K13824))):
+        result = _judged(k13824, fn)
+        assert not result.feasible and result.precision == BF16, result
+        assert result.bound == pytest.approx(bound) and result.max_rel > bound, result  # the emulated check
+        assert result.note.startswith("against the bfloat16-emulated reference"), result
+
+
+def test_an_honest_fp32_variant_declaring_bf16_without_evidence_is_judged_as_fp32(k13824):
+    x, weight, bias = _linear_parts(k13824)
+    result = _judged(k13824, lambda: F.linear(x, weight, bias))
+    assert result.feasible and result.precision == "same", result
+    assert result.bound == k13824.standard.bound().value and "judged at the baseline's precision" in result.note
+
+
+def test_honest_bf16_conv_is_feasible_against_its_emulation(conv):
+    lowered = [conv.w.inputs[k].to(torch.bfloat16) for k in ("input", "weight", "bias")]
+    result = _judged(conv, lambda: _conv(conv.w, *lowered))
+    assert result.feasible and result.precision == BF16, result
+
+
+@pytest.fixture(scope="module")
+def attention32(seed_report):
+    """The FA3 self-attention card built in float32, for a variant that lowers it to bf16."""
+    return Judge(_card_workload(seed_report, "attention-480-fa3-self-4680of29640-b97006", scale=1.0, queries=16,
+                                heads=1))
+
+
+def test_honest_bf16_attention_is_feasible_against_its_emulation(attention, attention32):
+    for judge in (attention32, attention):  # float32 inputs rounded to bf16; the model's own bf16 inputs
+        q, k, v = (judge.w.inputs[n].to(torch.bfloat16) for n in "qkv")
+        result = _judged(judge, lambda: valid_prefix_attention(q, k, v, 4680))
+        assert result.feasible and result.precision == BF16, result
+    q, k, v = (attention32.w.inputs[n].to(torch.bfloat16) for n in "qkv")
+    past = _judged(attention32, lambda: valid_prefix_attention(q, k, v, 4680 + 64))
+    assert not past.feasible, past
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int32)
+
+
+def test_the_emulation_rounds_the_inputs_and_restores_them_bit_for_bit():
+    w = build_workload("linear", {"M": 4, "N": 8, "K": 64}, device="cpu", dtype="float32", scale=1.0, seed=0)
+    x, weight, bias = (w.inputs[k] for k in ("x", "weight", "bias"))
+    want = F.linear(*(t.to(torch.bfloat16).double() for t in (x, weight, bias)))  # rounded apart, in float64
+    assert torch.equal(emulated_reference(w, BF16, torch.float32), want)
+    assert torch.equal(emulated_reference(w, BF16, torch.bfloat16), want.to(torch.bfloat16).double())
+
+    # Values rounding would change, a signed zero, a subnormal, Inf, and a NaN with a payload.
+    x[0, :5] = torch.tensor([1 + 2.0**-8 + 2.0**-20, -0.0, 1e-40, float("inf"), -3.3])
+    _bits(x)[0, 5] = 0x7FC01234
+    before = {name: t.clone() for name, t in w.inputs.items()}
+    for precision in (BF16, "float16", "tf32"):
+        emulated_reference(w, precision, torch.float32)
+        for name, t in w.inputs.items():
+            assert torch.equal(_bits(t), _bits(before[name])), (precision, name)
+
+    seen: list[torch.Tensor] = []
+
+    def failing(dtype: torch.dtype) -> torch.Tensor:
+        seen.append(x.clone())
+        raise RuntimeError("reference failed")
+
+    with pytest.raises(RuntimeError, match="reference failed"):
+        emulated_reference(dataclasses.replace(w, _reference=failing), BF16, torch.float32)
+    assert seen[0][0, 0] == 1 + 2.0**-7  # rounded while the reference ran (just above halfway: up)...
+    assert all(torch.equal(_bits(t), _bits(before[name])) for name, t in w.inputs.items())  # ...restored after
+
+
+def test_a_reference_that_does_not_read_the_given_inputs_is_refused(k13824):
+    """A workload with carried inputs (round 2) holds copies; its reference reads the inputs as built."""
+    carried = carry(k13824.w, [{"carries": {"x": {"dtype": BF16}}}])
+    with pytest.raises(CorrectnessError, match=r"does not read the input\(s\) x it was given"):
+        emulated_reference(carried, BF16, torch.bfloat16)
+
+
+def test_a_chunk_is_checked_against_float64_alone(k13824):
+    assert emulated_reference(dataclasses.replace(k13824.w, op_kind="vae_decode"), BF16, torch.bfloat16) is None
+    result = k13824.standard.judge(_honest_bf16_linear(k13824)(), k13824.ref, precision=BF16, emulated=None)
+    assert result.feasible and result.bound == k13824.standard.bound(BF16).value, result
+    assert "no bfloat16-emulated reference for this op: checked against the float64 one alone" in result.note
+
+
+@pytest.mark.parametrize("bits, rounded", [
+    (0x3F800000, 0x3F800000),  # 1.0: already TF32
+    (0x3F801000, 0x3F800000),  # 1 + 2^-11, halfway: to the even neighbour 1.0
+    (0x3F803000, 0x3F804000),  # 1 + 3 x 2^-11, halfway: to the even neighbour 1 + 2^-9
+    (0x3F801001, 0x3F802000),  # just above halfway: up to 1 + 2^-10
+    (0xBF801001, 0xBF802000),  # the same negative: its magnitude rounds
+    (0x40490FDB, 0x40490000),  # float32 pi -> 3.140625
+    (0x00003000, 0x00004000),  # a subnormal halfway, its kept bits odd: up
+    (0x7F7FFFFF, 0x7F800000),  # float32's largest is past TF32's largest by more than half a step: Inf
+    (0x7F800000, 0x7F800000),  # Inf
+    (0x7F801000, 0x7F801000),  # a NaN whose payload lies in the dropped bits (rounding them would give Inf)
+])
+def test_tf32_rounding_of_known_bit_patterns(bits, rounded):
+    signed = lambda b: b - (1 << 32) if b >= 1 << 31 else b
+    value = torch.tensor([signed(bits)], dtype=torch.int32).view(torch.float32)
+    assert int(_bits(round_to_tf32(value))[0]) == signed(rounded)
+
+
+@contextlib.contextmanager
+def _tf32_switches(matmul: bool, cudnn: bool):
+    """torch's TF32 switches set for a block, then put back (they are module properties, not attributes
+    monkeypatch could restore)."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def test_the_observed_call_shows_what_its_ops_compute_in():
+    x, weight = torch.randn(4, 16), torch.randn(8, 16)
+    bf16 = observed_precisions(lambda: F.linear(x.to(torch.bfloat16), weight.to(torch.bfloat16)).float())
+    assert bf16.precisions == {"float32", BF16} and bf16.shows("bf16")
+    fp32 = observed_precisions(lambda: F.linear(x, weight))
+    assert fp32.precisions == {"float32"} and not fp32.shows(BF16)
+    # A factory op computes on nothing: a bf16 tensor made from no data is no bf16 math.
+    assert not observed_precisions(lambda: (torch.zeros(3, dtype=torch.bfloat16), F.linear(x, weight))).shows(BF16)
+    with _tf32_switches(matmul=True, cudnn=True):  # no TF32 off CUDA, whatever torch's switches say
+        assert not observed_precisions(lambda: F.linear(x, weight)).shows("tf32")
+
+    def failing() -> torch.Tensor:
+        raise RuntimeError("no kernel for this\nsecond line")
+
+    failed = observed_precisions(failing)
+    assert failed.precisions == frozenset() and failed.error == "RuntimeError: no kernel for this"
+
+
+@pytest.mark.gpu
+def test_tf32_is_shown_by_a_cuda_matmul_while_torch_allows_it():
+    a = torch.randn(64, 64, device="cuda")
+    with _tf32_switches(matmul=True, cudnn=False):
+        assert observed_precisions(lambda: a @ a).shows("tf32")
+    with _tf32_switches(matmul=False, cudnn=False):
+        assert not observed_precisions(lambda: a @ a).shows("tf32")
+
+
+def test_a_tf32_declaration_off_cuda_is_judged_at_the_same_precision(k13824):
+    x, weight, bias = _linear_parts(k13824)
+    result = _judged(k13824, lambda: F.linear(x, weight, bias), precision="tf32")
+    assert result.feasible and result.precision == "same" and "declares tf32 but neither" in result.note, result
+
+
+def test_the_emulated_bound_and_the_output_grid():
+    standard = Standard(RULE, baseline_error=4e-7, dtype=torch.float32, reduction_length=13824)
+    assert standard.emulated_bound(BF16, torch.bfloat16).value == pytest.approx(2 * (2.0**-8 + ACC_K13824))
+    assert standard.emulated_bound(BF16, None).value == pytest.approx(2 * ACC_K13824)  # over the same 1.6e-6
+    assert standard.emulated_bound("tf32", None).value == pytest.approx(2 * (2.0**-11 + ACC_K13824))
+    loose = Standard(RULE, baseline_error=5e-3, dtype=torch.float32, reduction_length=13824)
+    assert loose.emulated_bound(BF16, torch.bfloat16).value == pytest.approx(2e-2)  # the same bound: the floor
+    y = torch.randn(256)
+    assert output_grid(y.to(torch.bfloat16), BF16) == output_grid(y.to(torch.bfloat16).float(), BF16) == torch.bfloat16
+    assert output_grid(y.half(), BF16) == torch.float16  # its own dtype's grid
+    assert output_grid(y.half().float(), BF16) is None and output_grid(y, BF16) is None and output_grid(y, "tf32") is None
+
+
+def test_the_coarsest_precision_is_judged_at():
+    assert coarsest(["float16", "bf16", None]) == BF16 and coarsest([None]) is None
+    standard = Standard(RULE, 0.0, torch.float32, 8, adopted_precision=BF16)
+    assert standard.precision_for("float16") == standard.precision_for(None) == BF16
+
+
+def test_bounds_are_anchored_to_the_original_op_over_rounds(k13824):
+    """Round 1 adopts a bf16 variant; rounds 2 and 3 measure the original op again and judge every variant
+    at bf16, so their bound is round 1's, not 4 x the adopted variant's error (0.0137 -> 0.0548 -> ...)."""
+    honest = _honest_bf16_linear(k13824)
+    round1 = judge_baseline(k13824.w.run(), k13824.ref, RULE, 13824)[0]
+    adopted = _judged(k13824, honest, standard=round1)
+    assert adopted.feasible and adopted.bound == pytest.approx(4 * (2.0**-8 + ACC_K13824))
+    # The standard the adopted variant's own error used to set: the issue's max_rel 0.0137 as e_b.
+    compounded = judge_baseline((k13824.ref * (1 + 0.0137)).float(), k13824.ref, RULE, 13824)[0]
+    assert compounded.bound().value == pytest.approx(4 * 0.0137, rel=1e-4)
+    worse = lambda: (k13824.ref * (1 + 0.03)).to(torch.bfloat16)  # bf16 out, 3% off
+    assert compounded.judge(worse(), k13824.ref).feasible
+    for _ in ("round 2", "round 3"):
+        standard = judge_baseline(k13824.w.run(), k13824.ref, RULE, 13824, adopted_precision="bf16")[0]
+        assert standard.baseline_error == round1.baseline_error and standard.adopted_precision == BF16
+        baseline = _judged(k13824, honest, precision=None, standard=standard)  # the adopted variant, undeclared
+        assert baseline.feasible and baseline.precision == BF16 and baseline.bound == adopted.bound, baseline
+        assert not _judged(k13824, worse, precision=None, standard=standard).feasible
+        fp32 = _judged(k13824, k13824.w.run, precision=None, standard=standard)  # back to float32: no evidence
+        assert fp32.feasible and fp32.precision == "same", fp32
+        assert "is held to bfloat16, adopted on this card in an earlier round, but neither" in fp32.note
+
+
+def test_the_emulated_factor_is_checked_with_the_config():
+    with pytest.raises(ConfigError, match=r"experiment\.correctness\.emulated_factor=0: must be a number > 0"):
+        compose_checked(["experiment.correctness.emulated_factor=0"])
+    config, _ = compose_checked(["experiment=vae_bf16"])
+    assert Rule.from_config(config["experiment"]["correctness"]) == RULE

@@ -13,8 +13,9 @@ and vae_bf16 only the dtype; here the dtype and math mode stay the baseline's an
   implicit-GEMM conv (kernel.py) whose tile is searched; a tile that cannot launch is pruned before
   compiling; it executes whole tiles, so its executed FLOPs are the GEMM view padded to the tile
   (CUDA only; tested under Triton's interpreter on a CPU);
-- `frame_batching(k)`: k consecutive streaming calls as one call on k x T_new + the cached frames
-  (frames.py): a k-times larger M per weight read, time per original call = time / k (every device);
+- `frame_batching(k)`: k consecutive streaming calls as one call on k x T_new + the cached frames (the
+  harness's k calls, `w.calls(k)`: harness.workloads.frames): a k-times larger M per weight read, time
+  per original call = time / k (every device);
 - `native_cpu`, `im2col_gemm(layout)`: the CPU's paths: torch's native vol2col conv with oneDNN
   disabled for the call (oneDNN is the baseline's CPU path), and an explicit im2col + one GEMM
   (im2col.py) (CPU only);
@@ -45,11 +46,11 @@ from harness.experiment import Experiment, Prepared, VariantSkipped
 from harness.profile.peak_lookup import card_peaks, sm_count
 from harness.tiles import HOPPER, TileConfig, executed_flops, tile_count, waves
 from harness.triton_support import check_launchable, first_launch
-from harness.workloads.base import Workload, element_size
+from harness.workloads.base import Workload, WorkloadError, element_size
+from harness.workloads.frames import calls_on_dim0
 
-from experiments.vae_conv_kernels.frames import batched_frames, calls_on_dim0, frame_windows
 from experiments.vae_conv_kernels.im2col import LAYOUTS, im2col_conv3d
-from experiments.vae_conv_kernels.kernel import ConvGemm, conv_input_precision, memory_format_of, triton_conv3d
+from experiments.vae_conv_kernels.kernel import ConvGemm, conv_input_precision, triton_conv3d
 
 EXPERIMENT = Experiment(
     name="vae_conv_kernels",
@@ -193,7 +194,7 @@ def cudnn_algorithm(w: Workload, benchmark: bool = True, memory_format: str = "c
 # Triton implicit GEMM with a searched tile
 
 
-@EXPERIMENT.variant(needs="cuda")
+@EXPERIMENT.variant(needs=("cuda", "triton"))
 def triton_implicit_gemm(
     w: Workload,
     BLOCK_M: int = 128,
@@ -230,14 +231,15 @@ def triton_implicit_gemm(
 def frame_batching(w: Workload, k: int = 4) -> Prepared:
     """One F.conv3d on k consecutive calls' frames (k x T_new new frames after the cached ones);
     time per call = time / k."""
-    windows = frame_windows(w.shape, k)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        raise VariantSkipped(f"k={k!r}: batching needs at least 2 calls (k=1 is the baseline itself)")
     _, weight, bias = _inputs(w)
     args = _conv_args(w)
-    frames = batched_frames(w, windows)
-    layout = memory_format_of(frames)
-    # The baseline op on each call's own window: the first is exactly the workload's input.
-    expected = torch.cat([F.conv3d(frames[:, :, windows.window(j)].contiguous(memory_format=layout),
-                                   weight, bias, *args) for j in range(k)])
+    try:
+        batch = w.calls(k)  # the harness's k streaming windows of one frame sequence, the first the workload's
+    except WorkloadError as exc:
+        raise VariantSkipped(str(exc)) from None
+    frames, windows = batch.stacked["input"], batch.windows
     facts = {"k": k, "new_frames_per_call": windows.t_new, "cached_frames": windows.overlap,
              "frames_per_call": windows.t_in, "frames_batched": windows.total,
              "weight_reads_per_call": 1.0 / k}
@@ -248,7 +250,7 @@ def frame_batching(w: Workload, k: int = 4) -> Prepared:
     def run() -> torch.Tensor:
         return calls_on_dim0(F.conv3d(frames, weight, bias, *args), windows)
 
-    return Prepared(run, calls=k, expected=expected, facts={**facts, **_path_facts(w, run)}, recipe=recipe)
+    return Prepared(run, calls=k, facts={**facts, **_path_facts(w, run)}, recipe=recipe)
 
 
 # ---------------------------------------------------------------------------------------------

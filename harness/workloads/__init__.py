@@ -6,9 +6,15 @@
     ref = w.reference()                            # float64 recomputation for correctness checks
     w.flops, w.min_bytes, w.describe()
 
+    w.activations                                  # the inputs that vary per call (the rest are constants)
+    w.redraw(1)                                    # the same op on another draw of them, with its reference
+    batch = w.calls(4)                             # 4 calls (call 0 is w's own); batch.reference() stacked
+
 `plan_workload` / `plan_for_card` give the same arithmetic (shape, FLOPs, bytes) without tensors.
-One module per op kind: linear, conv3d, attention, cast, vae_decode (a chunk card's whole decode);
-inputs.py finds, verifies and slices captured inputs or makes seeded synthetic ones.
+One module per op kind: linear, conv3d, attention, cast, vae_decode (a chunk card's whole decode),
+dit_block; inputs.py finds, verifies and slices captured inputs or makes seeded synthetic ones; draws.py
+makes other draws and k calls (frames.py: a conv3d's streaming windows); `batch_for` finds the batch a
+variant built.
 """
 
 from harness.workloads.attention import (
@@ -18,7 +24,8 @@ from harness.workloads.attention import (
     queries_for_resolution,
     valid_prefix_attention,
 )
-from harness.workloads.base import LAYOUTS, Plan, Workload, WorkloadError, dtype_name, parse_dtype
+from harness.workloads.base import LAYOUTS, Bound, CallBatch, Plan, Workload, WorkloadError, dtype_name, parse_dtype
+from harness.workloads.draws import BatchError, batch_for, rebind
 from harness.workloads.cast import CastConfig
 from harness.workloads.inputs import Captured, file_sha256, find_captured, load_captured, tensor_sha256
 from harness.workloads.registry import (
@@ -36,12 +43,16 @@ __all__ = [
     "LAYOUTS",
     "OP_KINDS",
     "AttentionConfig",
+    "BatchError",
+    "Bound",
+    "CallBatch",
     "Captured",
     "CastConfig",
     "Plan",
     "Workload",
     "WorkloadError",
     "allocation_mask",
+    "batch_for",
     "build_for_card",
     "build_workload",
     "cast_frames_from_report",
@@ -54,6 +65,7 @@ __all__ = [
     "plan_for_card",
     "plan_workload",
     "queries_for_resolution",
+    "rebind",
     "tensor_sha256",
     "valid_prefix_attention",
 ]

@@ -26,6 +26,12 @@ same scale (as a reused cache would), so a variant that scores them or drops a b
 errs by a sizeable share of the output (no term is small by construction, unlike a 1/sqrt(K) bias).
 
 Scaling shrinks Lq and the allocation (never below 16), and keeps valid/allocated as the card has it.
+
+Activations (what varies from call to call): q; in self-attention also the chunk's own keys and values,
+which the block writes into the cache behind the cached ones (harness.workloads.dit_block), i.e. the last
+`queries` slots of the valid prefix. The cache before them and the unfilled slots after are the cache's
+fixed part, the same in every draw (`Draws.varying`). Cross-attention's keys and values are the text
+context's, the same for every call of a video: constants. Attention does not batch calls.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.workloads.base import (
+    Bound,
     Plan,
     WorkloadError,
     element_size,
@@ -225,13 +232,20 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
             adapt=_bhld(b, h, o["allocated_keys"], d),
         ).contiguous()
     q = q.contiguous()
-    k, v = cache["k"], cache["v"]
     valid = s["valid_keys"]
+    fixed = {name: cache[name] for name in ("k", "v")}
 
-    def run() -> torch.Tensor:
-        return valid_prefix_attention(q, k, v, valid)
+    def bind(activations: dict[str, torch.Tensor]) -> Bound:
+        keys = {**fixed, **activations}
+        queries, k, v = keys["q"], keys["k"], keys["v"]
 
-    def reference(wide: torch.dtype) -> torch.Tensor:
-        return reference_attention(q, k, v, valid, dtype=wide)
+        def reference(wide: torch.dtype) -> torch.Tensor:
+            return reference_attention(queries, k, v, valid, dtype=wide)
 
-    return {"inputs": {"q": q, "k": k, "v": v}, "run": run, "reference": reference}
+        return Bound(lambda: valid_prefix_attention(queries, k, v, valid), reference)
+
+    if s["role"] == "self":  # the chunk's own keys and values: the last `queries` of the valid prefix
+        activations, varying = ("q", "k", "v"), {name: (2, max(0, valid - s["queries"]), valid) for name in "kv"}
+    else:
+        activations, varying = ("q",), {}
+    return {"inputs": {"q": q, **cache}, "activations": activations, "varying": varying, "bind": bind}

@@ -3,7 +3,10 @@
 A workload is built in two steps. `plan` is pure arithmetic on the card's shape parameters: the scaled
 shape, the output shape, the FLOPs and the minimum bytes (no tensors, so it is cheap at full scale and
 is what the roofline of the unscaled card should use). `build` then materializes the inputs (captured or
-seeded synthetic) on a device, in a dtype and layout, and closes the baseline op over them.
+seeded synthetic) on a device, in a dtype and layout, names which of them are activations (they vary from
+call to call; the rest are constants such as weights), and gives `bind`: the op and its reference on any
+draw of the activations, over the same constants. harness.workloads.draws makes other draws and k calls
+from it (`Workload.redraw`, `Workload.calls`).
 
 Every failure to build a card is a `WorkloadError` with a one-line message.
 """
@@ -13,9 +16,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+
+if TYPE_CHECKING:
+    from harness.workloads.frames import FrameWindows
+    from harness.workloads.inputs import Spread
 
 LAYOUTS = ("contiguous", "channels_last_3d")
 # Op kinds that run a whole model chunk (many ops) rather than one op: their profile keeps each op's
@@ -186,13 +193,66 @@ class Plan:
     notes: tuple[str, ...] = ()
 
 
+def check_reference_dtype(dtype: torch.dtype) -> None:
+    if dtype not in (torch.float64, torch.float32):
+        raise WorkloadError(f"reference dtype must be float64 or float32, got {dtype}")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The op bound to one call's activations (and the workload's constants): its run and its reference."""
+
+    run: Callable[[], torch.Tensor]
+    reference: Callable[[torch.dtype], torch.Tensor]
+    # Inputs computed from the activations, as the model computes them (dit_block's per-token temb from the
+    # per-frame timestep projection): a draw replaces them along with the activations.
+    derived: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+BindFn = Callable[[dict[str, torch.Tensor]], Bound]  # the activations of one call -> that call's op
+
+
+@dataclass(frozen=True)
+class Draws:
+    """What another draw of a workload's activations needs (harness.workloads.draws); set by every build."""
+
+    bind: BindFn
+    spreads: dict[str, Spread]  # each activation's spread (harness.workloads.inputs.Spread): a draw's scale
+    seed: int
+    # An activation of which only one block varies per call, as (dim, start, stop): the chunk's own keys in
+    # a KV cache; the rest is the cache's fixed part, kept in every draw.
+    varying: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    # The op's k calls (w, k) -> CallBatch; None: batching calls does not apply to this op kind.
+    calls: Callable[[Workload, int], CallBatch] | None = None
+
+
+@dataclass
+class CallBatch:
+    """k calls of a workload's op, built by the harness (`Workload.calls`): call 0 is the workload's own
+    inputs, the others seeded draws of its activations over the same constants."""
+
+    k: int
+    inputs: list[dict[str, torch.Tensor]]  # each call's inputs; inputs[0] is the workload's own dict
+    # The calls' activations in the form the batched op takes (linear: "x", the calls' rows stacked on dim
+    # 0; conv3d: "input", one frame sequence all k windows lie in)
+    stacked: dict[str, torch.Tensor]
+    references: list[Callable[[torch.dtype], torch.Tensor]] = field(repr=False)  # each call's reference
+    windows: FrameWindows | None = None  # conv3d: where each call reads in stacked["input"]
+
+    def reference(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """Each call's reference stacked on dim 0, call-major: what a variant batching the k calls returns."""
+        check_reference_dtype(dtype)
+        return torch.cat([reference(dtype) for reference in self.references])
+
+
 @dataclass
 class Workload:
     """One card's op, built and ready to time.
 
     `run()` is the baseline op on `inputs`; experiments build variants from the same `inputs`.
     `flops` and `min_bytes` are for the shape actually built (`shape`); `plan` of the same card at
-    scale 1 gives them for the card as profiled.
+    scale 1 gives them for the card as profiled. `activations` name the inputs that vary from call to
+    call; `redraw(d)` is the workload on another draw of them, `calls(k)` k calls of the op.
     """
 
     op_kind: str
@@ -218,6 +278,17 @@ class Workload:
     # For a chunk workload: what earlier op-card runs adopted on the cards it contains, by card id
     # (harness.rounds entries, `experiment.compose_from`), for a variant to compose them on the whole module.
     adopted: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    activations: tuple[str, ...] = ()  # the inputs that vary per call; every other input is a constant
+    draw: int = 0  # which draw of the activations `inputs` holds (0: the card's own)
+    _draws: Draws | None = field(default=None, repr=False)
+    # The reference `_draws.bind` made for these inputs: a workload whose `_reference` is another (an
+    # experiment's workload hook that replaced the op) cannot be redrawn by the bind of the op it replaced.
+    _bound: Callable[[torch.dtype], torch.Tensor] | None = field(default=None, repr=False)
+    # Made on demand and kept, so that asking twice gives the same tensors, and so that the harness finds the
+    # batch a variant built (harness.workloads.draws.batch_for). Not copied by dataclasses.replace: a replaced
+    # workload (carried inputs) builds its own.
+    batches: dict[int, CallBatch] = field(default_factory=dict, init=False, repr=False)
+    _redraws: dict[int, Workload] = field(default_factory=dict, init=False, repr=False)
 
     def reference(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """The baseline output recomputed in a wide dtype (on the inputs' device) from the same inputs.
@@ -229,12 +300,25 @@ class Workload:
         """
         if self._reference is None:
             raise WorkloadError(f"{self.op_kind}: this workload has no reference")
-        if dtype not in (torch.float64, torch.float32):
-            raise WorkloadError(f"reference dtype must be float64 or float32, got {dtype}")
+        check_reference_dtype(dtype)
         return self._reference(dtype)
 
+    def redraw(self, draw: int) -> Workload:
+        """The same workload on draw `draw` of its activations (0: itself), with its own reference
+        (harness.workloads.draws.redraw)."""
+        from harness.workloads.draws import redraw
+
+        return redraw(self, draw)
+
+    def calls(self, k: int) -> CallBatch:
+        """k calls of the op, call 0 this workload's own (harness.workloads.draws.calls); kept in `batches`."""
+        from harness.workloads.draws import calls
+
+        return calls(self, k)
+
     def describe(self) -> dict[str, Any]:
-        """A JSON-able summary for the card: shape, scale, dtype, layout, input source, FLOPs, bytes, K."""
+        """A JSON-able summary for the card: shape, scale, dtype, layout, input source, FLOPs, bytes, K,
+        the activations (and the draw, when not the card's own)."""
         out: dict[str, Any] = {
             "op_kind": self.op_kind,
             "shape": self.shape,
@@ -248,8 +332,11 @@ class Workload:
             "flops": self.flops,
             "min_bytes": self.min_bytes,
             "reduction_length": self.reduction_length,
+            "activations": list(self.activations),
             "notes": list(self.notes),
         }
+        if self.draw:
+            out["draw"] = self.draw
         if self.seed is not None:
             out["seed"] = self.seed
         if self.input_hash is not None:

@@ -21,6 +21,8 @@ FLOPs: 0, reduction length 1 (nothing is summed). Minimum bytes: numel x (source
 size). Scaling shrinks H and W (never below 8). `reference()` is the exact conversion, in float64 by
 default: truncation toward zero for integer destinations (so the uint8 output must be exact), the source
 values themselves for floating ones (held to the destination's rounding).
+
+The frames are the activation (each call casts its own); a cast has no constants. Casts do not batch calls.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 import torch
 
 from harness.workloads.base import (
+    Bound,
     Plan,
     WorkloadError,
     dtype_name,
@@ -144,11 +147,13 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
     else:
         frames = frames.contiguous()
 
-    def run() -> torch.Tensor:
-        return frames.to(dst)
+    def bind(activations: dict[str, torch.Tensor]) -> Bound:
+        video = activations["frames"]
 
-    def reference(wide: torch.dtype) -> torch.Tensor:
-        values = frames.to(wide)
-        return values.trunc() if integer else values
+        def reference(wide: torch.dtype) -> torch.Tensor:
+            values = video.to(wide)
+            return values.trunc() if integer else values
 
-    return {"inputs": {"frames": frames}, "run": run, "reference": reference}
+        return Bound(lambda: video.to(dst), reference)
+
+    return {"inputs": {"frames": frames}, "activations": ("frames",), "bind": bind}

@@ -17,6 +17,9 @@ extent that produces them; batch, channels, frames (T) and the kernel stay exact
 always at least the kernel's extent.
 
 Layout "channels_last_3d" puts input and weight in torch.channels_last_3d (NDHWC) memory format.
+
+The input is the activation (each streaming call has its own frames); weight and bias are constants. k
+calls are k consecutive windows of one frame sequence (harness.workloads.frames).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.workloads.base import (
+    Bound,
     Plan,
     WorkloadError,
     element_size,
@@ -37,6 +41,7 @@ from harness.workloads.base import (
     require,
     scale_dim,
 )
+from harness.workloads.frames import streaming_calls
 from harness.workloads.inputs import Source
 
 KIND = "conv3d"
@@ -152,12 +157,16 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
     if bias is not None:
         inputs["bias"] = bias
 
-    def run() -> torch.Tensor:
-        return F.conv3d(x, weight, bias, stride, padding, dilation, groups)
+    def bind(activations: dict[str, torch.Tensor]) -> Bound:
+        frames = activations["input"]
 
-    def reference(wide: torch.dtype) -> torch.Tensor:
-        return F.conv3d(
-            x.to(wide), weight.to(wide), None if bias is None else bias.to(wide), stride, padding, dilation, groups
-        )
+        def run() -> torch.Tensor:
+            return F.conv3d(frames, weight, bias, stride, padding, dilation, groups)
 
-    return {"inputs": inputs, "run": run, "reference": reference}
+        def reference(wide: torch.dtype) -> torch.Tensor:
+            return F.conv3d(frames.to(wide), weight.to(wide), None if bias is None else bias.to(wide), stride,
+                            padding, dilation, groups)
+
+        return Bound(run, reference)
+
+    return {"inputs": inputs, "activations": ("input",), "bind": bind, "calls": streaming_calls}

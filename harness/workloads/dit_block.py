@@ -30,6 +30,11 @@ The timestep projection is per latent frame (the report's M=3 time-embedding lin
 frame), and the block takes it per token (`temb` [1, M, 6, 5120]: diffusers' per-token path of Wan 2.2
 TI2V), each token its frame's row; `timestep_proj` [1, frames, 6, 5120] is the per-frame original.
 
+Activations (what varies from call to call): the rank's `hidden_states` and the step's `timestep_proj`;
+`temb` is derived from the latter in every draw (`Bound.derived`). The text context is the video's, the
+same for every call, and the other ranks' stand-ins and the KV cache are buffers of the module (its
+state): constants. A block does not batch calls.
+
 Each nn.Linear runs under a profiler scope naming its module (`SCOPE` + "attn1.to_q"): the report's
 fused QKV card (N = 15360) stands for diffusers' separate to_q / to_k / to_v, which have the shape of
 the 5120 x 5120 cards, so only the module tells them apart (harness.dit_chunks).
@@ -62,6 +67,7 @@ from harness.workloads.attention import (
     valid_prefix_attention,
 )
 from harness.workloads.base import (
+    Bound,
     Plan,
     WorkloadError,
     element_size,
@@ -74,6 +80,7 @@ from harness.workloads.inputs import Source, derived_seed
 from harness.workloads.vae_decode import PIP_HINT
 
 KIND = "dit_block"
+REQUIRES = ("diffusers",)  # optional packages building it imports (harness.workloads.registry.unavailable)
 SCOPE = "dit_block/"  # profiler scope of each linear: SCOPE + its module name in the block
 TOKEN_FLOOR, TEXT_FLOOR = 8, 16
 
@@ -313,22 +320,29 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
     hidden = source.take("hidden_states", (1, m, c.dim), (1, m, c.dim), dtype, primary=True)
     context = source.take("encoder_hidden_states", (1, s["text_tokens"], c.dim), (1, s["text_tokens"], c.dim), dtype)
     per_frame = source.take("timestep_proj", (1, frames, 6, c.dim), (1, frames, 6, c.dim), dtype)
-    # rank 0's tokens are the chunk's first M: token i lies in frame i // (tokens per frame)
-    temb = per_frame[:, torch.arange(m, device=per_frame.device) // (gh * gw)].contiguous()
+    token_frame = torch.arange(m, device=per_frame.device) // (gh * gw)  # rank 0's tokens are the chunk's first M
 
-    def run() -> torch.Tensor:
-        with torch.no_grad():
-            return module(hidden, context, temb)
+    def bind(activations: dict[str, torch.Tensor]) -> Bound:
+        tokens, projection = activations["hidden_states"], activations["timestep_proj"]
+        temb = projection[:, token_frame].contiguous()  # token i lies in frame i // (tokens per frame)
 
-    def reference(wide: torch.dtype) -> torch.Tensor:
-        twin = copy.deepcopy(module).to(wide)
-        for attn in (twin.block.attn1, twin.block.attn2):
-            attn.processor.exact = True
-        with torch.no_grad(), _Float64Kept():
-            return twin(hidden.to(wide), context.to(wide), temb.to(wide))
+        def run() -> torch.Tensor:
+            with torch.no_grad():
+                return module(tokens, context, temb)
 
-    return {"inputs": {"hidden_states": hidden, "encoder_hidden_states": context, "temb": temb,
-                       "timestep_proj": per_frame}, "run": run, "reference": reference, "module": module}
+        def reference(wide: torch.dtype) -> torch.Tensor:
+            twin = copy.deepcopy(module).to(wide)
+            for attn in (twin.block.attn1, twin.block.attn2):
+                attn.processor.exact = True
+            with torch.no_grad(), _Float64Kept():
+                return twin(tokens.to(wide), context.to(wide), temb.to(wide))
+
+        return Bound(run, reference, derived={"temb": temb})
+
+    # The rank's tokens and the denoising step's timestep projection vary per call; the text context is the
+    # video's, the same for every call, and the other ranks' stand-ins and the KV cache are the module's state.
+    return {"inputs": {"hidden_states": hidden, "encoder_hidden_states": context, "timestep_proj": per_frame},
+            "activations": ("hidden_states", "timestep_proj"), "bind": bind, "module": module}
 
 
 def shard_frame(shape: dict[str, Any]) -> int | None:

@@ -27,6 +27,11 @@ Synthetic inputs
 `synthetic(name, shape, seed)` draws from a CPU `torch.Generator` seeded from (seed, tensor name), so
 each tensor is the same for a seed on every device and independent of the others; values are float32
 and cast to the workload's dtype afterwards.
+
+Every tensor taken records its `Spread` (`Source.spreads`): the distribution it was drawn from, or for a
+captured tensor its measured mean and standard deviation (its range, where the builder asked for uniform
+values). Another draw of an activation (harness.workloads.draws) comes from that spread, so it has the
+scale of the workload's own.
 """
 
 from __future__ import annotations
@@ -190,6 +195,29 @@ def check_seed(seed: Any) -> int:
     return seed
 
 
+@dataclass(frozen=True)
+class Spread:
+    """How a tensor's values are spread: normal(mean, std), or uniform in [low, high) when `uniform` is set."""
+
+    mean: float = 0.0
+    std: float = 1.0
+    uniform: tuple[float, float] | None = None
+
+    @classmethod
+    def measured(cls, tensor: torch.Tensor, uniform: bool) -> Spread:
+        """A captured tensor's own spread: its range (uniform) or its mean and standard deviation."""
+        values = tensor.detach().double()
+        if uniform:
+            return cls(uniform=(float(values.min()), float(values.max())))
+        std = float(values.std()) if values.numel() > 1 else 0.0
+        return cls(mean=float(values.mean()), std=std or 1.0)  # a constant tensor: unit std, not a constant
+
+    def draw(self, name: str, shape: tuple[int, ...], seed: int) -> torch.Tensor:
+        """Seeded float32 CPU values of this spread (`synthetic` of the tensor named `name`)."""
+        values = synthetic(name, shape, seed, std=self.std, uniform=self.uniform)
+        return values.add_(self.mean) if self.uniform is None and self.mean else values
+
+
 def synthetic(
     name: str,
     shape: tuple[int, ...] | list[int],
@@ -245,6 +273,7 @@ class Source:
         self.sliced: list[str] = []
         self.synthetic_names: list[str] = []
         self.notes: list[str] = []
+        self.spreads: dict[str, Spread] = {}  # every tensor taken, by name: what another draw of it follows
 
     def find(self, aliases: tuple[str, ...], primary: bool) -> tuple[str, torch.Tensor] | None:
         if self.captured is None:
@@ -290,9 +319,11 @@ class Source:
                 self.sliced.append(name)
                 self.notes.append(f"captured {key!r} sliced from {list(original)} to {list(target)} (leading block)")
             self.used.append(name)
+            self.spreads[name] = Spread.measured(tensor, uniform is not None)
             return tensor.to(device=self.device, dtype=dtype)
         self.synthetic_names.append(name)
-        values = synthetic(name, target, self.seed, std=std, uniform=uniform)
+        self.spreads[name] = Spread(std=std, uniform=uniform)
+        values = self.spreads[name].draw(name, target, self.seed)
         return values.to(dtype=dtype).to(self.device)
 
     def input_source(self) -> str:

@@ -10,6 +10,9 @@ about); K, the reduction depth (`reduction_length`), is never scaled.
 
 Synthetic inputs: x of std 1, W of std 1/sqrt(K) (so x @ W^T has std 1) and b of std 1, of the same
 order as the product, so a variant that loses or misplaces any term errs by the order of the output.
+
+x is the activation (each call has its own rows); W and b are constants. k calls are k draws of the rows
+sharing W and b, stacked on dim 0 into one [k x M, K] GEMM (harness.workloads.draws.independent_calls).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.workloads.base import (
+    Bound,
     Plan,
     WorkloadError,
     element_size,
@@ -28,6 +32,7 @@ from harness.workloads.base import (
     require,
     scale_dim,
 )
+from harness.workloads.draws import independent_calls
 from harness.workloads.inputs import Source
 
 KIND = "linear"
@@ -100,10 +105,12 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
     if bias is not None:
         inputs["bias"] = bias
 
-    def run() -> torch.Tensor:
-        return F.linear(x, weight, bias)
+    def bind(activations: dict[str, torch.Tensor]) -> Bound:
+        rows = activations["x"]
 
-    def reference(wide: torch.dtype) -> torch.Tensor:
-        return F.linear(x.to(wide), weight.to(wide), None if bias is None else bias.to(wide))
+        def reference(wide: torch.dtype) -> torch.Tensor:
+            return F.linear(rows.to(wide), weight.to(wide), None if bias is None else bias.to(wide))
 
-    return {"inputs": inputs, "run": run, "reference": reference}
+        return Bound(lambda: F.linear(rows, weight, bias), reference)
+
+    return {"inputs": inputs, "activations": ("x",), "bind": bind, "calls": independent_calls}

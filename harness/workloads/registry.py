@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from harness.optional import missing
 from harness.workloads import attention as _attention
 from harness.workloads import cast as _cast
 from harness.workloads import conv3d as _conv3d
@@ -16,6 +17,7 @@ from harness.workloads import vae_decode as _vae_decode
 from harness.workloads.attention import AttentionConfig
 from harness.workloads.base import (
     CHUNK_OP_KINDS,
+    Draws,
     Plan,
     Workload,
     WorkloadError,
@@ -38,6 +40,17 @@ OP_KINDS = ("linear", "conv3d", "attention", "cast")  # the report's op cards; C
 CPU_SCALES = {"linear": 0.25, "conv3d": 0.25, "attention": 0.1, "cast": 0.5, "vae_decode": 0.04, "dit_block": 0.01}
 _MODULES = {"linear": _linear, "conv3d": _conv3d, "attention": _attention, "cast": _cast,
             "vae_decode": _vae_decode, "dit_block": _dit_block}
+
+
+def unavailable(op_kind: str) -> str | None:
+    """Why this install cannot build `op_kind`'s workload (an optional package its module declares in
+    REQUIRES is missing: the chunk cards' diffusers models), in one line with what to install; else None.
+    Asked before a run starts its worker, so a missing package is an error or a left-out card, not a crash."""
+    for module in getattr(_MODULES.get(op_kind), "REQUIRES", ()):
+        why = missing(module)
+        if why:
+            return f"the {op_kind} workload {why}"
+    return None
 
 
 def plan_workload(
@@ -102,10 +115,16 @@ def build_workload(
     captured, why_synthetic = find_and_load(inputs_dir, input_sha256)
     source = Source(captured, seed, where)
     built = _MODULES[op_kind].build(plan, source, shape_layout)
+    activations = tuple(built["activations"])
+    bound = built["bind"]({name: built["inputs"][name] for name in activations})
     notes = list(plan.notes)
     if why_synthetic is not None:
         notes.append(why_synthetic)
     notes.extend(source.summary_notes())
+    captured_activations = [name for name in activations if name in source.used]
+    if captured_activations:
+        notes.append(f"other draws of the captured {', '.join(captured_activations)} (Workload.redraw, calls) are "
+                     "seeded at its measured spread: a captured file holds one call of the op")
     if plan.scale < 1.0:
         notes.append(f"scaled by {plan.scale:g}: {plan.original_shape} -> {plan.shape}")
     return Workload(
@@ -116,8 +135,8 @@ def build_workload(
         device=where,
         dtype=plan.dtype,
         layout=shape_layout,
-        inputs=built["inputs"],
-        run=built["run"],
+        inputs={**built["inputs"], **bound.derived},
+        run=bound.run,
         flops=plan.flops,
         min_bytes=plan.min_bytes,
         reduction_length=plan.reduction_length,
@@ -130,8 +149,12 @@ def build_workload(
             if captured is not None and source.used
             else None
         ),
-        _reference=built["reference"],
+        _reference=bound.reference,
         module=built.get("module"),
+        activations=activations,
+        _draws=Draws(bind=built["bind"], spreads={name: source.spreads[name] for name in activations}, seed=seed,
+                     varying=built.get("varying", {}), calls=built.get("calls")),
+        _bound=bound.reference,
     )
 
 
@@ -207,4 +230,5 @@ __all__ = [
     "cast_frames_from_report",
     "plan_for_card",
     "plan_workload",
+    "unavailable",
 ]

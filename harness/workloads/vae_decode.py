@@ -24,6 +24,10 @@ read once, the latent read and the frames written.
 
 Scaling shrinks the latent's H and W and its frames T (never below 1), so a CPU decodes one latent frame
 of a small slice; the decoder's channels and kernels, the model itself, stay exact.
+
+The latent is the activation (each chunk decodes its own). The module, with the causal cache the primed
+frames left in it, is a constant: another draw decodes another latent from the same state, and
+`primed_latent` is kept only as the record of that state. A decode does not batch calls.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any
 import torch
 
 from harness.workloads.base import (
+    Bound,
     Plan,
     WorkloadError,
     element_size,
@@ -47,6 +52,7 @@ from harness.workloads.base import (
 from harness.workloads.inputs import Source, derived_seed
 
 KIND = "vae_decode"
+REQUIRES = ("diffusers",)  # optional packages building it imports (harness.workloads.registry.unavailable)
 PIP_HINT = "pip install -e '.[chunk]' (or pip install 'diffusers>=0.35')"
 
 
@@ -297,16 +303,21 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
     with torch.no_grad():
         module.prime(primed)
 
-    def run() -> torch.Tensor:
-        with torch.no_grad():
-            return module(latent)
+    def bind(activations: dict[str, torch.Tensor]) -> Bound:
+        chunk = activations["latent"]
 
-    def reference(wide: torch.dtype) -> torch.Tensor:
-        twin = copy.deepcopy(module).to(wide)  # the cache buffers too: the same primed state, widened
-        _exact_upsampling(twin, wan)
-        with torch.no_grad():
-            return twin(latent.to(wide))
+        def run() -> torch.Tensor:
+            with torch.no_grad():
+                return module(chunk)
+
+        def reference(wide: torch.dtype) -> torch.Tensor:
+            twin = copy.deepcopy(module).to(wide)  # the cache buffers too: the same primed state, widened
+            _exact_upsampling(twin, wan)
+            with torch.no_grad():
+                return twin(chunk.to(wide))
+
+        return Bound(run, reference)
 
     # primed_latent is what the stream decoded before the chunk: only its cache is used, kept for the record.
-    return {"inputs": {"latent": latent, "primed_latent": primed}, "run": run, "reference": reference,
+    return {"inputs": {"latent": latent, "primed_latent": primed}, "activations": ("latent",), "bind": bind,
             "module": module}

@@ -30,7 +30,7 @@ from harness.correctness import Rule, check_output, judge_baseline
 from harness.experiment import VariantSkipped
 from harness.measure import TimingSettings, measure
 from harness.profile.occupancy import SmLimits
-from harness.workloads import build_workload
+from harness.workloads import batch_for, build_workload
 from tests.triton_helpers import compile_for_hopper, interpreter_results
 
 # A fixed bound for these checks against the baseline's output; a run derives its bound per card from the
@@ -262,40 +262,44 @@ def test_triton_kernel_compiles_for_hopper_with_the_estimated_shared_memory():
 # dit_small_m_batching
 
 
-def test_batched_expected_covers_every_call_and_matches(w32):
+def test_batched_computes_the_calls_the_harness_built(w32):
     k = 4
     prepared = small_m.batched(w32, k=k)
     m = w32.shape["M"]
     assert prepared.calls == k
-    assert prepared.expected.shape == (k * m, w32.shape["N"])
-    xs = small_m.stacked_rows(w32, k)
+    batch = batch_for(w32, k)  # built by the variant with w.calls(k)
     weight, bias = w32.inputs["weight"], w32.inputs["bias"]
-    blocks = prepared.expected.split(m)
-    assert torch.equal(blocks[0], w32.run())  # the first call is the workload's own
-    for i, block in enumerate(blocks):
-        assert torch.equal(block, F.linear(xs[i * m:(i + 1) * m], weight, bias))
-    # The other calls' rows are distinct from each other and from the workload's, and seeded.
-    assert len({tuple(r.tolist()) for r in xs}) == k * m
-    assert torch.equal(small_m.stacked_rows(w32, k), xs)
-    assert check_output(prepared.fn(), prepared.expected, TOLERANCE).feasible
+    out = prepared.fn()
+    assert out.shape == (k * m, w32.shape["N"])
+    blocks = out.split(m)
+    assert torch.allclose(blocks[0], w32.run(), rtol=0, atol=1e-5)  # the first call is the workload's own
+    for block, call in zip(blocks, batch.inputs):
+        assert torch.allclose(block, F.linear(call["x"], weight, bias), rtol=0, atol=1e-5)
+    # The other calls' rows are distinct from each other and from the workload's.
+    assert len({tuple(r.tolist()) for r in batch.stacked["x"]}) == k * m
+    assert check_output(out, batch.reference(), TOLERANCE).feasible
 
 
 def test_a_wrong_batch_is_caught(w32):
     k, m = 5, w32.shape["M"]
     prepared = small_m.batched(w32, k=k)
+    reference = batch_for(w32, k).reference()
+    standard = judge_baseline(w32.run(), w32.reference(), Rule(4, 4), w32.reduction_length)[0]
     out = prepared.fn()
+    assert standard.judge(out, reference).feasible
     reused = out.clone()
     reused[2 * m:3 * m] = out[:m]  # call 3 got call 1's result (its rows never used)
-    assert not check_output(reused, prepared.expected, TOLERANCE).feasible
+    assert not standard.judge(reused, reference).feasible
     no_bias = out.clone()
     no_bias[4 * m:] -= w32.inputs["bias"]  # the last call lost its bias
-    assert not check_output(no_bias, prepared.expected, TOLERANCE).feasible
-    assert not check_output(out[: (k - 1) * m], prepared.expected, TOLERANCE).feasible  # a call missing
+    assert not standard.judge(no_bias, reference).feasible
+    assert not standard.judge(out[: (k - 1) * m], reference).feasible  # a call missing
+    assert not standard.judge(out[:m].repeat(k, 1), reference).feasible  # one call computed, repeated k times
 
 
 def test_batched_in_bf16_within_tolerance(wbf16):
     prepared = small_m.batched(wbf16, k=8)
-    assert check_output(prepared.fn(), prepared.expected, TOLERANCE).feasible
+    assert check_output(prepared.fn(), batch_for(wbf16, 8).reference(), TOLERANCE).feasible
     assert prepared.facts["weight_reads_per_call"] == pytest.approx(1 / 8)
     with pytest.raises(VariantSkipped, match="k="):
         small_m.batched(wbf16, k=0)
@@ -401,7 +405,7 @@ def test_measured_batched_card_carries_per_call_evidence(seed_report, w32):
     standard = judge_baseline(w32.run(), ref, Rule(4, 4), w32.reduction_length)[0]
 
     def check(out):
-        return standard.judge(out, ref, expected=prepared.expected, calls=prepared.calls)
+        return standard.judge(out, batch_for(w32, prepared.calls).reference())
 
     m = measure(source_card=source, workload=w32, prepared=prepared, check=check, profiler=None,
                 settings=TimingSettings(warmup=1, min_repeats=2, budget_s=0.01),
@@ -470,4 +474,4 @@ def test_gemv_on_gpu(block_size, vector_width):
 def test_batched_on_gpu():
     w = _cuda_workload(3, 5120, 5120)
     prepared = small_m.batched(w, k=5)
-    assert check_output(prepared.fn(), prepared.expected, TOLERANCE).feasible
+    assert check_output(prepared.fn(), batch_for(w, 5).reference(), TOLERANCE).feasible

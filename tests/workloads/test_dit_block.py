@@ -99,6 +99,26 @@ def test_one_rank_is_diffusers_block_as_is(one_rank):
     assert (out.double() - ref).abs().max() / ref.abs().max() < 1e-4  # float32 rounding only
 
 
+def test_a_redraw_draws_the_tokens_and_the_timestep_and_keeps_the_model_and_context(one_rank):
+    assert one_rank.activations == ("hidden_states", "timestep_proj")
+    one = one_rank.redraw(1)
+    assert one.module is one_rank.module
+    assert one.inputs["encoder_hidden_states"] is one_rank.inputs["encoder_hidden_states"]
+    for name in one_rank.activations:
+        assert not torch.equal(one.inputs[name], one_rank.inputs[name])
+    # temb follows the redrawn projection: the grid's one frame holds all 6 tokens, each taking its row
+    assert torch.equal(one.inputs["temb"], one.inputs["timestep_proj"][:, [0] * 6])
+    with torch.no_grad():
+        expected = one_rank.module(one.inputs["hidden_states"], one.inputs["encoder_hidden_states"],
+                                   one.inputs["timestep_proj"].expand(-1, 6, -1, -1))
+    out = one.run()
+    assert torch.equal(out, expected)
+    ref = one.reference()
+    assert (out.double() - ref).abs().max() / ref.abs().max() < 1e-4  # float32 rounding only
+    with pytest.raises(WorkloadError, match="dit_block: batching calls does not apply"):
+        one_rank.calls(2)
+
+
 @pytest.fixture(scope="module")
 def rank0():
     pytest.importorskip("diffusers", reason="the chunk extra (pip install -e '.[chunk]') is not installed")

@@ -80,3 +80,25 @@ def test_flops_are_what_torch_counts_plus_the_attention(tiny):
     # torch counts the convolutions; the mid block's attention on a CPU is a math path it does not count:
     # Q K^T and P V over 1 token of 384 channels, 4 * 384 * 1 FLOPs.
     assert tiny.flops == counter.get_total_flops() + 4 * 384
+
+
+def test_a_redraw_decodes_another_latent_from_the_same_primed_state(tiny):
+    from diffusers import AutoencoderKLWan
+
+    assert tiny.activations == ("latent",)
+    one = tiny.redraw(1)
+    assert one.module is tiny.module and one.inputs["primed_latent"] is tiny.inputs["primed_latent"]
+    assert not torch.equal(one.inputs["latent"], tiny.inputs["latent"])
+    # diffusers decoding the primed frames then the redrawn latent, from an empty cache
+    vae = AutoencoderKLWan().eval()
+    vae.post_quant_conv.load_state_dict(tiny.module.post_quant_conv.state_dict())
+    vae.decoder.load_state_dict(tiny.module.decoder.state_dict())
+    with torch.no_grad():
+        whole = vae.decode(torch.cat([tiny.inputs["primed_latent"], one.inputs["latent"]], dim=2)).sample
+    out = one.run()
+    assert torch.allclose(out, whole[:, :, -tiny.output_shape[2]:], rtol=0, atol=1e-5)
+    assert not torch.allclose(out, tiny.run(), rtol=0, atol=1e-3)
+    ref = one.reference()
+    assert (out.double() - ref).abs().max() / ref.abs().max() < 1e-4
+    with pytest.raises(WorkloadError, match="vae_decode: batching calls does not apply"):
+        tiny.calls(2)
