@@ -38,6 +38,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from harness.cards.fields import COMPUTE_BOUND, UNRESOLVED
 from harness.experiment import Experiment, Prepared, VariantSkipped
+from harness.optional import install_hint, needs_any_module
 from harness.workloads.attention import allocation_mask
 from harness.workloads.base import Workload
 
@@ -133,10 +134,12 @@ def _import_flash_attn(version: int) -> Any:
     try:
         return importlib.import_module(name)
     except ImportError as exc:  # also a broken install: an extension built for another torch
-        raise VariantSkipped(f"flash-attn {version} not installed (import {name} failed: {exc})") from None
+        raise VariantSkipped(f"flash-attn {version} not installed (import {name} failed: {exc}): "
+                             f"{install_hint(name)}") from None
 
 
-@EXPERIMENT.variant(needs="cuda")
+# Drawn where FA2 or FA3 is installed; a version whose package is missing skips trial by trial.
+@EXPERIMENT.variant(needs=("cuda", needs_any_module(*FLASH_ATTN_MODULES.values())))
 def flash_attn(w: Workload, version: int = 2, keys: str = "valid_prefix") -> Prepared:
     """FlashAttention itself: FA2 (package flash_attn) or FA3 (flash_attn_interface, Hopper), [B, L, H, D].
 

@@ -46,6 +46,7 @@ import torch
 
 from harness.cards.fields import DRAM_BANDWIDTH_BOUND, LATENCY_OR_OCCUPANCY_LIMITED, UNRESOLVED
 from harness.experiment import Experiment, Prepared, VariantSkipped
+from harness.optional import install_hint
 from harness.workloads.base import Workload, parse_dtype
 
 EXPERIMENT = Experiment(
@@ -115,7 +116,7 @@ def _triton_kernel() -> Any:
         import triton
         import triton.language as tl
     except ImportError as exc:
-        raise VariantSkipped(f"vectorized_kernel needs Triton, which is not installed ({exc})") from None
+        raise VariantSkipped(f"needs triton ({exc}): {install_hint('triton')}") from None
 
     @triton.jit
     def cast_kernel(src, dst, n, BLOCK: tl.constexpr, VIA_INT64: tl.constexpr):
@@ -133,7 +134,7 @@ def _triton_kernel() -> Any:
     return _TRITON_KERNEL
 
 
-@EXPERIMENT.variant(needs="cuda")
+@EXPERIMENT.variant(needs=("cuda", "triton"))
 def vectorized_kernel(w: Workload, block_size: int = 256, vector_width: int = 4) -> Prepared:
     """A Triton cast kernel: `block_size` threads per program, `vector_width` elements per thread (CUDA)."""
     block_size, vector_width = int(block_size), int(vector_width)

@@ -9,6 +9,7 @@ summary over all cards, with the end-to-end view.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,6 +29,9 @@ from harness.provenance import report_sha256
 from harness.run import RunError, card_results, execute
 from harness.selection import SelectionError, in_scope, pick_cards
 from harness.workloads.base import CHUNK_OP_KINDS
+from harness.workloads.registry import unavailable
+
+log = logging.getLogger("harness")
 
 NOT_AUTOMATIC = (AUTO, "reprofile")  # reprofile reproduces the baseline; it tests no hypothesis
 
@@ -100,11 +104,18 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, options: l
         raise RunError(str(exc)) from None
     if not cards:
         raise RunError(f"cards={selector} selects no card of {cfg.get('report') or 'the shipped report'}")
+    # Cards whose workload this install cannot build (the chunk cards without diffusers) are left out with a
+    # note, so the rest of the selection still runs.
+    cards, left_out = buildable(cards)
+    for line in left_out_lines(left_out):
+        log.warning("auto: %s", line.removeprefix("- "))
     scopes = {name: (config.get("experiment") or {}).get("default_cards") for name, config in configs.items()}
     plan = plan_auto(cards, experiments, scopes)
     run_dir.mkdir(parents=True, exist_ok=True)
     if (cfg.get("auto") or {}).get("plan_only"):
         return write_plan(with_chunks, experiments, cards, run_dir, report_sha256(cfg.get("report")), scopes)
+    if not cards:
+        raise RunError(f"cards={selector}: no selected card can run on this install ({next(iter(left_out.values()))})")
     results: list[CardResult] = []
     sections: list[str] = []
     measured_on = "this machine"
@@ -130,15 +141,37 @@ def run_auto(cfg: Mapping[str, Any], run_dir: Path, compose: Compose, options: l
         names = [n for n, chosen in plan.by_experiment.items() if card in chosen]
         lines.append(f"| `{card.id}` | {card.primary or 'no class'} | "
                      f"{', '.join(names) or plan.unmatched.get(card.id, '')} |")
-    lines += ["", "Sub-runs:", *sections, "",
+    lines += ["", "Sub-runs:", *sections, *([""] + left_out_lines(left_out) if left_out else []), "",
               render_end_to_end(report, results, measured_on, str(cfg.get("report_device") or "H200"))]
     text = "\n".join(lines) + "\n"
     write_text_atomic(run_dir / "summary.md", text)
     write_text_atomic(run_dir / "report.html", render_index_html("harness auto run", text))
     write_json_atomic(run_dir / "run.json", {
         "experiments": {n: [c.id for c in chosen] for n, chosen in plan.by_experiment.items()},
-        "unmatched": plan.unmatched, "wall_s": time.perf_counter() - started})
+        "unmatched": plan.unmatched, "left_out": left_out, "wall_s": time.perf_counter() - started})
     return text
+
+
+def buildable(cards: list[Card]) -> tuple[list[Card], dict[str, str]]:
+    """The cards whose workload this install can build, and the others (card id -> what is missing and
+    how to install it: harness.workloads.registry.unavailable)."""
+    kept, left_out = [], {}
+    for card in cards:
+        why = unavailable(card.op_kind)
+        if why is None:
+            kept.append(card)
+        else:
+            left_out[card.id] = why
+    return kept, left_out
+
+
+def left_out_lines(left_out: Mapping[str, str]) -> list[str]:
+    """One Markdown line per reason: the cards left out for it."""
+    by_reason: dict[str, list[str]] = {}
+    for card_id, why in left_out.items():
+        by_reason.setdefault(why, []).append(card_id)
+    return [f"- left out on this install ({why}): " + ", ".join(f"`{c}`" for c in ids)
+            for why, ids in by_reason.items()]
 
 
 def _chunks_last(by_experiment: Mapping[str, list[Card]], experiments: Mapping[str, Experiment]
@@ -171,6 +204,8 @@ def plan_entries(report: Report, experiments: Mapping[str, Experiment], selected
                  "selected": card.id in chosen, "reason": every.unmatched.get(card.id)}
         if card.op_kind in CHUNK_OP_KINDS:
             entry.update(chunk=True, contains=list(card.extra.get("contains") or []))
+        if (why := unavailable(card.op_kind)) is not None:
+            entry["unavailable"] = why  # this install cannot build its workload: it is never selected here
         entries.append(entry)
     return entries
 
@@ -180,6 +215,7 @@ def write_plan(report: Report, experiments: Mapping[str, Experiment], selected: 
     """plan.json and plan.md (`auto.plan_only=true`): what auto would run, for every card; nothing measured."""
     entries = plan_entries(report, experiments, selected, scopes)
     write_json_atomic(run_dir / "plan.json", {"report_sha256": sha256, "cards": entries})
+    left_out = left_out_lines({e["card"]: e["unavailable"] for e in entries if e.get("unavailable")})
     op_entries = [e for e in entries if not e.get("chunk")]
     covered = sum(1 for e in op_entries if e["experiments"])
     chunks = len(entries) - len(op_entries)
@@ -188,6 +224,7 @@ def write_plan(report: Report, experiments: Mapping[str, Experiment], selected: 
              + (f" (and {chunks} chunk cards, each the op cards of one model part run together: cards=[their id] "
                 "runs them)" if chunks else "") + f"; {sum(e['selected'] for e in entries)} "
              "are selected by this run's `cards=` (run them without `auto.plan_only=true`). Nothing was measured.", "",
+             *left_out, *([""] if left_out else []),
              "| card | class | proposal | experiments | selected |", "|---|---|---|---|---|"]
     for e in entries:
         names = ", ".join(e["experiments"]) or f"none: {e['reason']}"

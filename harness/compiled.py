@@ -13,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from harness.experiment import VariantSkipped
+from harness.optional import missing
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -35,6 +36,9 @@ def compile_call(target: Callable[..., torch.Tensor], args: tuple[Any, ...], mod
     """
     if mode not in COMPILE_MODES:
         raise VariantSkipped(f"mode={mode!r}: choose {', '.join(COMPILE_MODES)}")
+    # Inductor writes Triton kernels for CUDA: without triton it fails deep inside the compile; say why here.
+    if str(device).startswith("cuda") and (why := missing("triton")) is not None:
+        raise VariantSkipped(f"torch.compile on CUDA {why}")
     # Past the recompile limit Dynamo silently falls back to eager: every trial starts from a fresh state.
     torch.compiler.reset()
     fn = torch.compile(target, mode=None if mode == "default" else mode, fullgraph=fullgraph, dynamic=False)

@@ -32,6 +32,7 @@ from harness.run_state import CardOutcome, RunContext, RunError
 from harness.search import drawable, validate_space
 from harness.selection import SelectionError, select_cards
 from harness.stopping import earlier_drift, keep_drift, note_progress
+from harness.workloads.registry import unavailable
 
 log = logging.getLogger("harness")
 
@@ -81,6 +82,11 @@ def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[Car
                              device)
     except SelectionError as exc:
         raise RunError(str(exc)) from None
+    # A card whose workload needs a package this install lacks (diffusers for the chunk cards) could only
+    # fail once the worker builds it: say so now, with what to install.
+    for card in cards:
+        if (why := unavailable(card.op_kind)) is not None:
+            raise RunError(f"{experiment.name} cannot run card {card.id} on this install: {why}")
     try:
         profiler_cfg = dict(cfg.get("profiler") or {})
         if experiment.metric_set:

@@ -1,9 +1,12 @@
 """Triton, where it is installed, for the experiments' own kernels: the optional import, the math mode a
 float32 tl.dot follows, and what the compiler assigned to a launch.
 
-Triton ships with torch's CUDA wheels, not with the CPU ones; a kernel module imports `triton` and `tl`
-from here and defines its kernels only when `triton is not None`, and its variants skip with
-`TRITON_MISSING` otherwise. Under TRITON_INTERPRET=1 the same kernels run on CPU tensors (the tests).
+Triton ships with torch's CUDA wheels, not with the CPU ones (nor with the base install: the `triton`
+extra brings it); a kernel module imports `triton`, `tl` and `grouped_tile` from here and defines its
+kernels only when `triton is not None`; its variants register `needs=("cuda", "triton")`, so the search
+does not draw them without it, and skip with `TRITON_MISSING` if called anyway. Every name here exists
+either way, so importing a kernel module never fails. Under TRITON_INTERPRET=1 the same kernels run on CPU
+tensors (the tests).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any, Callable
 import torch
 
 from harness.experiment import VariantSkipped
+from harness.optional import install_hint
 from harness.tiles import TileConfig, device_limits, launch_problem
 
 try:
@@ -22,7 +26,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - depends on the install
     triton = None
     tl = None
-    TRITON_MISSING: str | None = f"triton not installed ({_exc}); it comes with torch's CUDA wheels"
+    TRITON_MISSING: str | None = f"needs triton ({_exc}): {install_hint('triton')}"
 else:
     TRITON_MISSING = None
 
@@ -41,6 +45,13 @@ if triton is not None:
         pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
         pid_n = (pid % num_pid_in_group) // group_size_m
         return pid_m, pid_n
+
+else:  # pragma: no cover - depends on the install
+
+    def grouped_tile(*args: Any, **kwargs: Any) -> Any:
+        """Stands in for the jitted helper without Triton, so a kernel module imports (and defines no kernel)."""
+        raise VariantSkipped(TRITON_MISSING or "needs triton")
+
 
 __all__ = ["TRITON_MISSING", "check_launchable", "compiled_facts", "first_launch", "grouped_tile", "input_precision",
            "tl", "triton"]
@@ -83,6 +94,8 @@ def first_launch(launch: Callable[[], tuple[Any, Any]], device: str) -> dict[str
     """Launch once here, so the kernel compiles while the variant is prepared, not in a timed call;
     `launch` returns (output, the launch's compiled kernel). The facts: compile seconds and what the
     compiler assigned. Resources the compiler refuses make the variant a skip."""
+    if triton is None:
+        raise VariantSkipped(TRITON_MISSING or "needs triton")
     t0 = time.perf_counter()
     try:
         _, compiled = launch()

@@ -49,11 +49,10 @@ WHEELS = ROOT / ".whl"
 MAX_BYTES = 30 * 2**20
 
 # The extras of pyproject the GPU check needs besides the dependencies.
-EXTRAS = ("test", "gpu", "ncu")
+EXTRAS = ("test", "gpu-cu13", "ncu")  # gpu-cu13: the machine's torch is +cu130 (its cupy-cuda13x is preinstalled)
 # Requirements not carried, and why.
 NOT_CARRIED = {
     "psycopg2-binary": "only the PostgreSQL scale-out test needs it, and it skips without a server",
-    "cupy-cuda12x": "the machine has cupy-cuda13x (the same `cupy` module, for its CUDA 13)",
     "ncu-report": "every ncu installation ships the ncu_report module (extras/python); the wheel is ~50 MB",
 }
 # The target's interpreter and platform, for markers and wheel tags.

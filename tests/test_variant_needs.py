@@ -72,7 +72,67 @@ def test_with_fewer_trials_than_the_space_no_trial_goes_to_a_cuda_only_variant_o
     assert drawn == ["anywhere", "anywhere"]
 
 
+def test_needs_of_several_kinds_are_all_required_and_each_unmet_one_is_named(monkeypatch):
+    from harness import optional
+
+    experiment = Experiment(name="e", op_kinds=("linear",), hypothesis="h", check="effective_flops")
+
+    @experiment.variant(needs=("cuda", "triton", lambda device: "no tiles"))
+    def kernel(w):
+        return lambda: None
+
+    monkeypatch.setattr(optional, "is_importable", lambda module: module != "triton")
+    assert experiment.unmet_needs("cpu") == {
+        "kernel": "needs CUDA; device is cpu; needs triton: pip install -e '.[triton]'; no tiles"}
+    monkeypatch.setattr(optional, "is_importable", lambda module: True)
+    assert experiment.unmet_needs("cuda") == {"kernel": "no tiles"}
+    with pytest.raises(ExperimentError, match="needs='tpu'"):
+        experiment.variant(needs=("cuda", "tpu"))
+
+
+def test_is_importable_asks_without_importing_and_a_refusing_import_hook_counts_as_missing(monkeypatch):
+    import importlib.util
+
+    from harness import optional
+
+    assert optional.is_importable("json") and not optional.is_importable("no_such_module_anywhere")
+    assert not optional.is_importable("no_such_parent.child")  # find_spec raises for a missing parent
+    assert optional.missing("json") is None
+    assert optional.missing("cupy_not_here") == "needs cupy_not_here: pip install cupy_not_here"
+
+    def refuse(name, package=None):
+        raise ModuleNotFoundError(name)
+
+    monkeypatch.setattr(importlib.util, "find_spec", refuse)  # an import hook that refuses the name
+    assert not optional.is_importable("json")
+
+
+def test_the_shipped_variants_that_need_an_optional_package_are_not_drawn_without_it(monkeypatch):
+    from harness import optional
+
+    monkeypatch.setattr(optional, "is_importable", lambda module: False)
+    expected = {
+        "dit_gemm_tiles": {"triton_matmul": "needs triton: pip install -e '.[triton]'"},
+        "vae_conv_kernels": {"triton_implicit_gemm": "needs triton: pip install -e '.[triton]'"},
+        "dit_output_fusion": {"triton_fused": "needs triton: pip install -e '.[triton]'"},
+        "output_cast": {"vectorized_kernel": "needs triton: pip install -e '.[triton]'"},
+        "dit_small_m_batching": {"gemv": "needs cupy: pip install -e '.[gpu-cu12]' or -e '.[gpu-cu13]'"},
+        "attention_backends": {"flash_attn": "needs one of flash_attn, flash_attn_interface: pip install flash-attn"},
+    }
+    for module, unmet in expected.items():
+        experiment = importlib.import_module(f"experiments.{module}").EXPERIMENT
+        on_gpu = {name: why for name, why in experiment.unmet_needs("cuda").items()
+                  if name not in ("native_cpu", "im2col_gemm")}  # vae_conv_kernels' CPU-only variants
+        assert set(on_gpu) == set(unmet), module
+        for name, why in unmet.items():
+            assert on_gpu[name].startswith(why), (module, on_gpu[name])
+            assert experiment.unmet_needs("cpu")[name] == f"needs CUDA; device is cpu; {on_gpu[name]}"
+
+
 def test_the_shipped_cuda_only_variants_declare_it(monkeypatch):
+    from harness import optional
+
+    monkeypatch.setattr(optional, "is_importable", lambda module: True)  # every extra installed
     cuda_only = {"dit_gemm_tiles": {"blas_library", "triton_matmul"}, "dit_small_m_batching": {"gemv"},
                  "output_cast": {"vectorized_kernel"}, "attention_backends": {"flash_attn"}}
     for module, variants in cuda_only.items():

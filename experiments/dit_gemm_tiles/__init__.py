@@ -107,7 +107,7 @@ def blas_library(w: Workload, library: str = "cublaslt") -> Prepared:
 # Triton tile search
 
 
-@EXPERIMENT.variant(needs="cuda")
+@EXPERIMENT.variant(needs=("cuda", "triton"))
 def triton_matmul(
     w: Workload,
     BLOCK_M: int = 128,

@@ -165,7 +165,7 @@ def folded(w: Workload, fold_when: str = "once") -> Prepared:
 # One Triton kernel
 
 
-@EXPERIMENT.variant(needs="cuda")
+@EXPERIMENT.variant(needs=("cuda", "triton"))
 def triton_fused(w: Workload, BLOCK_M: int = 32, BLOCK_K: int = 128, num_warps: int = 4,
                  num_stages: int = 2) -> Prepared:
     """One Triton kernel for the head (kernel.py): per BLOCK_M rows, the row statistics, then the norm and
