@@ -17,6 +17,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from harness.correctness import EMULATED_FACTOR
 from harness.workloads.attention import AttentionConfig
 from harness.workloads.cast import CastConfig
 
@@ -62,10 +63,13 @@ class CorrectnessConfig:
     # Outputs are judged against the float64 reference (harness.correctness): a variant in the baseline's
     # precision may err at most same_factor x max(the baseline's own error, the dtype's unit roundoff); one
     # that lowers the precision on purpose (Prepared.precision), at most lowered_factor x (u_p + sqrt(K) x
-    # u_fp32) for its dtype's u_p and the reduction length K. 0 or less would reject every variant, a
-    # baseline-exact one too.
+    # u_fp32) for its dtype's u_p and the reduction length K, and, against the reference emulating its
+    # precision (its inputs rounded to it, summed exactly), at most emulated_factor x (u_p if its output is
+    # rounded to that dtype + sqrt(K) x u_fp32); below 2, one rounding step at the largest element fails.
+    # 0 or less would reject every variant, a baseline-exact one too.
     same_factor: float = bounded(4.0, low=0, low_open=True)
     lowered_factor: float = bounded(4.0, low=0, low_open=True)
+    emulated_factor: float = bounded(EMULATED_FACTOR, low=0, low_open=True)
 
 
 @dataclass
@@ -115,6 +119,15 @@ class SameBandConfig:
 
 
 @dataclass
+class PhysicsSlackConfig:
+    # How far below the device's physical floor (minimum bytes at peak bandwidth, FLOPs at the highest math
+    # peak: harness.physics) a variant's time may be before it is infeasible as stale, memoized or skipped
+    # work. A GPU's peaks are its own; a CPU's are a measured copy rate that cached data beats several-fold.
+    cpu: float = bounded(20.0, low=1)
+    cuda: float = bounded(2.0, low=1)
+
+
+@dataclass
 class TimingConfig:
     # Calls before the first timed sample: null warms up until the timing is stable (the median of the
     # last 3 calls within 10% of the 3 before); an integer makes exactly that many.
@@ -130,6 +143,7 @@ class TimingConfig:
     # CUDA only: replay the call in a CUDA graph (for launch-bound calls such as the M=3 linears).
     cuda_graph: bool = False
     same_band: SameBandConfig = field(default_factory=SameBandConfig)
+    physics_slack: PhysicsSlackConfig = field(default_factory=PhysicsSlackConfig)
     # CPU only: torch threads of the measuring worker; null keeps torch's default (one per core). On a
     # shared machine, 1 avoids the multi-millisecond stalls of threads waiting for a busy core.
     cpu_threads: Optional[int] = bounded(None, low=1)

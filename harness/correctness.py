@@ -301,8 +301,8 @@ class Standard:
             seen = f" ({evidence.describe()})" if evidence is not None else ""
             result = check_output(output, reference, self.bound(None), self.baseline_error)
             result.note = " ".join(filter(None, [
-                result.note, f"{held} but neither its output dtype nor any op of its call computes in {lowered}"
-                             f"{seen}: judged at the baseline's precision"]))
+                result.note, f"{held} but neither its output dtype nor any op of its call computes in {lowered}: "
+                             f"judged at the baseline's precision{seen}"]))
             return result
         plain = check_output(output, reference, self.bound(lowered), self.baseline_error)
         if emulated is None:
@@ -314,10 +314,11 @@ class Standard:
         grid = output_grid(output, lowered)
         target = emulated if grid is None else emulated.to(grid).to(torch.float64)
         emu = check_output(output, target, self.emulated_bound(lowered, grid), self.baseline_error)
-        how = f"inputs rounded to {lowered}, summed exactly" + (f", output rounded to {dtype_name(grid)}" if grid else "")
-        note = "; ".join(f"against the {what} reference{detail}: max_rel {c.max_rel:.3g} {'<=' if c.feasible else '>'} "
-                         f"{c.bound:.3g}" for what, detail, c in ((f"{lowered}-emulated", f" ({how})", emu),
-                                                                   ("float64", "", plain)))
+        how = f"inputs rounded to {lowered}, summed exactly"
+        how += f", output rounded to {dtype_name(grid)}" if grid is not None else ""
+        note = "; ".join(f"against the {what} reference{detail}: max_rel {c.max_rel:.3g} "
+                         f"{'<=' if c.feasible else '>'} {c.bound:.3g}"
+                         for what, detail, c in ((f"{lowered}-emulated", f" ({how})", emu), ("float64", "", plain)))
         decided = plain if emu.feasible else emu  # the pair that says why it is infeasible
         return Correctness(decided.max_abs, decided.max_rel, decided.bound, f"{plain.derivation}; {emu.derivation}",
                            self.baseline_error, lowered, plain.feasible and emu.feasible, note)
