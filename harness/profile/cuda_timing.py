@@ -22,14 +22,36 @@ least `min_repeats` samples exist, or at `max_repeats`. The SM clock is read thr
 importable, before and after sampling: `clock_mhz` is the reading after, and a note says when the
 two differ by more than CLOCK_MOVED (the samples then straddle a clock change). Without pynvml it
 is None and a note says why.
+
+A timing a variant cannot game. CUDA events time the *current stream*: a variant that launches its
+work on a side stream and returns without the current stream waiting reads a few microseconds. So
+every batch of samples is also timed by the device-synchronised wall clock: `torch.cuda.synchronize()`
+(every stream of the device) then perf_counter before the batch's first flush, and again after its last
+end event; per call that is wall / n less the harness's own cost per sample (the flush, two events,
+the loop), measured once per timing by the same batches around a call that does nothing.
+`judge_clocks` compares the two clocks (see there for the rule and why it needs both a ratio and a
+gap); a flagged timing gets a note, its samples become each batch's synchronised time per call, and
+`clock` says "synchronized_wall". `event_us` and `synced_us` keep both readings on every timing.
+
+Persisting L2. The flush cannot evict lines a call marked persisting (an access-policy window on a
+stream, inside the set-aside of cudaLimitPersistingL2CacheSize), so a variant could keep its inputs
+in L2 across the flush. The set-aside is the process default, 0, on both sides: a non-zero one found
+before the timing or left by the call is set back to 0 with a note, and cudaCtxResetPersistingL2Cache
+returns every persisting line to normal before and after the samples, so no timing inherits another's.
+torch has no wrapper for either, so they are called in libcudart through ctypes (the library torch
+loaded, present wherever torch has CUDA; CuPy's runtime module would be a second path to the same three
+calls, and CuPy is optional); where it cannot be loaded, a note says so.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import importlib.util
+import statistics
 import time
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 from harness.profile.gpu_peaks import lookup
 from harness.profile.timing import TimingResult, warm_up
@@ -39,6 +61,142 @@ MiB = 1024 * 1024
 FALLBACK_FLUSH_BYTES = 256 * MiB  # when neither the device nor the peak table knows L2
 CAPTURE_WARMUP = 3  # side-stream calls before a graph capture when warming up until stable
 CLOCK_MOVED = 0.05  # relative change of the SM clock across the samples worth a note
+EVENT_CLOCK, WALL_CLOCK = "cuda_event", "synchronized_wall"
+CLOCK_RATIO = 1.5  # synchronised time per call / event time per call above which events missed work...
+CLOCK_GAP_US = 10.0  # ...when the difference is also at least this (both: see judge_clocks)
+OVERHEAD_SAMPLES = 32  # samples per batch of the do-nothing call that measures the harness's own cost
+OVERHEAD_BATCHES = 3
+CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # cudaLimitPersistingL2CacheSize in the runtime's cudaLimit
+CUDART_NAMES = ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch of samples: each call's CUDA-event time, and the device-synchronised wall clock around all."""
+
+    events_us: tuple[float, ...]
+    wall_us: float
+
+
+@dataclass(frozen=True)
+class ClockCheck:
+    flagged: bool
+    clock: str  # EVENT_CLOCK or WALL_CLOCK: whose readings `samples_us` are
+    event_us: float  # CUDA-event time per call, over all batches
+    synced_us: float  # synchronised wall time per call less the harness's cost per sample, over all batches
+    samples_us: list[float]
+    note: str | None
+
+
+def judge_clocks(
+    batches: Sequence[Batch],
+    overhead_us: float,
+    *,
+    ratio: float = CLOCK_RATIO,
+    min_gap_us: float = CLOCK_GAP_US,
+) -> ClockCheck:
+    """Whether the CUDA events missed work that the device-synchronised wall clock saw.
+
+    Per batch, the synchronised time per call is wall_us / n - overhead_us (`overhead_us`: the same
+    batches' wall time per sample around a call that does nothing: the L2 flush, two events and the
+    loop). The timing is flagged when the batches in which that time is both at least `ratio` times
+    the mean event time and at least `min_gap_us` above it hold at least half of the calls; the
+    samples are then each batch's synchronised time per call (n times, so the median weighs batches
+    by their calls).
+
+    Why both conditions, and every batch. An honest call's events already contain its CPU launch
+    cost: the begin event is queued before the call, and once the flush ahead of it has run the GPU
+    waits inside the bracket for the call's launches, so a launch-bound call reads about its host
+    time on both clocks (and a CUDA graph replay, with little host time, little on both). What
+    separates the clocks for honest calls is error in `overhead_us` (its jitter, the flush overlapping
+    host work differently): a few microseconds, which for a 3 us kernel is already a ratio of 2. So
+    the ratio alone would flag tiny honest kernels and the gap guards them; the gap alone would flag
+    slow calls for noise that is small beside their time, and the ratio guards those. A side stream
+    nobody waits for fails both by far (its events read microseconds, its wall the whole kernel).
+    Batches, not the total: one small batch slowed by the OS (a context switch spread over few calls)
+    is not a variant hiding work; and most calls, not every batch, so that a call cannot pass by
+    waiting honestly through the first small batch and hiding its work in the large ones after it.
+    """
+    if not batches or any(not b.events_us for b in batches):
+        raise ValueError("judge_clocks needs batches with at least one sample each")
+    per_batch = []
+    for b in batches:
+        event = statistics.fmean(b.events_us)
+        synced = max(0.0, b.wall_us / len(b.events_us) - overhead_us)
+        per_batch.append((event, synced, len(b.events_us)))
+    calls = sum(n for _, _, n in per_batch)
+    event_us = sum(e * n for e, _, n in per_batch) / calls
+    synced_us = sum(s * n for _, s, n in per_batch) / calls
+    hiding = sum(n for e, s, n in per_batch if s >= ratio * e and s - e >= min_gap_us)
+    flagged = 2 * hiding >= calls
+    if not flagged:
+        samples = [t for b in batches for t in b.events_us]
+        return ClockCheck(False, EVENT_CLOCK, event_us, synced_us, samples, None)
+    samples = [s for _, s, n in per_batch for _ in range(n)]
+    note = (f"timed by the device-synchronised wall clock: CUDA events read {event_us:.1f} us per call but "
+            f"the synchronised wall clock {synced_us:.1f} us (less {overhead_us:.1f} us of flush and launch "
+            f"overhead per sample; >= {ratio:g}x and >= {min_gap_us:g} us in batches of {hiding} of the {calls} "
+            "calls): work the current stream's events miss, e.g. on a side stream it does not wait for")
+    return ClockCheck(True, WALL_CLOCK, event_us, synced_us, samples, note)
+
+
+class PersistingL2:
+    """The persisting-L2 set-aside and lines, through libcudart (`lib`: a ctypes library or a stand-in)."""
+
+    def __init__(self, lib: Any = None) -> None:
+        self.lib, self.why = (lib, None) if lib is not None else _load_cudart()
+
+    def _check(self, what: str, status: int) -> None:
+        if status != 0:
+            name = getattr(self.lib, "cudaGetErrorName", None)
+            if name is not None:
+                name.restype = ctypes.c_char_p
+            raise RuntimeError(f"{what} returned cudaError {status}" + (f" ({name(status).decode()})" if name else ""))
+
+    def limit(self) -> int:
+        value = ctypes.c_size_t(0)
+        self._check("cudaDeviceGetLimit", self.lib.cudaDeviceGetLimit(ctypes.byref(value),
+                                                                      CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE))
+        return int(value.value)
+
+    def zero_set_aside(self, when: str) -> str | None:
+        """Set a non-zero set-aside back to 0; the note that says so (or why it could not be), else None."""
+        if self.lib is None:
+            return None
+        try:
+            found = self.limit()
+            if found == 0:
+                return None
+            self._check("cudaDeviceSetLimit", self.lib.cudaDeviceSetLimit(CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE,
+                                                                          ctypes.c_size_t(0)))
+        except RuntimeError as exc:
+            return f"persisting L2 not checked {when}: {exc}"
+        return (f"{found / MiB:.1f} MiB of L2 was set aside for persisting accesses {when} "
+                "(cudaLimitPersistingL2CacheSize): set back to 0, since lines it keeps survive the L2 flush")
+
+    def reset_lines(self) -> str | None:
+        """Return every persisting line to normal (cudaCtxResetPersistingL2Cache); a note when that failed."""
+        if self.lib is None:
+            return None
+        try:
+            self._check("cudaCtxResetPersistingL2Cache", self.lib.cudaCtxResetPersistingL2Cache())
+        except RuntimeError as exc:
+            return f"persisting L2 lines not reset: {exc}"
+        return None
+
+
+def _load_cudart() -> tuple[Any, str | None]:
+    import torch
+
+    major = (torch.version.cuda or "").split(".")[0]
+    # torch's own runtime first (its soname resolves to the copy already loaded); any other would act on
+    # the same primary context, which is where the set-aside and the persisting lines live.
+    for name in (f"libcudart.so.{major}", *CUDART_NAMES) if major else CUDART_NAMES:
+        try:
+            return ctypes.CDLL(name), None
+        except OSError:
+            continue
+    return None, f"persisting L2 not checked: no CUDA runtime library loadable ({', '.join(CUDART_NAMES)})"
 
 
 def flush_bytes(device: int | None = None) -> tuple[int, str]:
@@ -97,11 +255,14 @@ def time_cuda(
     flush_l2: bool = True,
     cuda_graph: bool = False,
     device: int | None = None,
+    clock_ratio: float = CLOCK_RATIO,
+    clock_gap_us: float = CLOCK_GAP_US,
 ) -> TimingResult:
-    """Time `fn()` on the GPU with CUDA events; durations in microseconds.
+    """Time `fn()` on the GPU with CUDA events, cross-checked by the synchronised wall clock; microseconds.
 
     `warmup`: None warms up until the timing is stable (the result's `warmup_stable` says whether it
-    got there); an int makes exactly that many warm-up calls.
+    got there); an int makes exactly that many warm-up calls. `clock_ratio` and `clock_gap_us`: when
+    the synchronised clock decides instead of the events (judge_clocks).
     """
     if min_repeats < 1 or max_repeats < min_repeats:
         raise ValueError("need 1 <= min_repeats <= max_repeats")
@@ -113,6 +274,11 @@ def time_cuda(
     dev = torch.device("cuda", torch.cuda.current_device() if device is None else device)
     notes: list[str] = []
     with torch.cuda.device(dev):
+        # The events go on this stream whatever the call makes current: a call that leaves a side
+        # stream current is then timed like one that launches on it without waiting (judge_clocks).
+        stream = torch.cuda.current_stream(dev)
+        l2 = PersistingL2()
+        notes += [n for n in (l2.why, l2.zero_set_aside("before the timing"), l2.reset_lines()) if n]
         call: Callable[[], Any] = (
             capture_graph(fn, CAPTURE_WARMUP if warmup is None else warmup) if cuda_graph else fn
         )
@@ -134,8 +300,11 @@ def time_cuda(
                 call()
         torch.cuda.synchronize(dev)
 
+        overhead_us = _overhead_us(buffer, stream, dev)
         clock_before, _ = sm_clock_mhz(dev.index)
-        samples = _sample(call, buffer, min_repeats, max_repeats, budget_s, dev)
+        batches = _sample(call, buffer, min_repeats, max_repeats, budget_s, stream, dev)
+        check = judge_clocks(batches, overhead_us, ratio=clock_ratio, min_gap_us=clock_gap_us)
+        notes += [n for n in (check.note, l2.zero_set_aside("by the timed call"), l2.reset_lines()) if n]
 
         clock, why = sm_clock_mhz(dev.index)
         if why:
@@ -144,13 +313,16 @@ def time_cuda(
             notes.append(f"SM clock moved from {clock_before:.0f} to {clock:.0f} MHz while sampling")
         method = "+".join(["cuda_graph"] * cuda_graph + ["cuda_event"] + ["l2_flush"] * flush_l2)
         return TimingResult.from_samples(
-            samples,
+            check.samples_us,
             warmup=warmup,
             method=method,
             device_name=torch.cuda.get_device_name(dev),
             clock_mhz=clock,
             notes=notes,
             warmup_stable=stable,
+            clock=check.clock,
+            event_us=check.event_us,
+            synced_us=check.synced_us,
         )
 
 
@@ -159,39 +331,59 @@ def _flush(buffer: Any) -> None:
         buffer.zero_()  # a memset kernel writing 2x L2 evicts whatever the last call left there
 
 
+def _batch(call: Callable[[], Any], buffer: Any, count: int, stream: Any, dev: Any) -> Batch:
+    """`count` samples, queued without waiting, then read; the synchronised wall clock around them all."""
+    import torch
+
+    events = []
+    torch.cuda.synchronize(dev)  # every stream of the device: nothing queued before counts
+    start = time.perf_counter()
+    for _ in range(count):
+        _flush(buffer)
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record(stream)
+        call()
+        end.record(stream)
+        events.append((begin, end))
+    torch.cuda.synchronize(dev)  # before the end stamp: work on any stream of the device counts
+    wall_s = time.perf_counter() - start
+    return Batch(tuple(begin.elapsed_time(end) * 1000.0 for begin, end in events), wall_s * 1e6)  # ms -> us
+
+
+def _overhead_us(buffer: Any, stream: Any, dev: Any) -> float:
+    """The harness's own synchronised wall time per sample: the flush, two events, the loop.
+
+    The median batch: the fastest would understate it, and every microsecond understated here is one
+    the synchronised clock adds to an honest call."""
+    batches = [_batch(lambda: None, buffer, OVERHEAD_SAMPLES, stream, dev) for _ in range(OVERHEAD_BATCHES)]
+    return statistics.median(b.wall_us / len(b.events_us) for b in batches)
+
+
 def _sample(
     call: Callable[[], Any],
     buffer: Any,
     min_repeats: int,
     max_repeats: int,
     budget_s: float,
+    stream: Any,
     dev: Any,
-) -> list[float]:
-    import torch
-
-    samples: list[float] = []
-    batch = min_repeats
+) -> list[Batch]:
+    batches: list[Batch] = []
+    taken = 0
+    size = min_repeats
     gc_was_enabled = gc.isenabled()
     gc.disable()  # a collection mid-batch would stall the launches
     try:
         start = time.perf_counter()
-        while len(samples) < max_repeats:
-            events = []
-            for _ in range(min(batch, max_repeats - len(samples))):
-                _flush(buffer)
-                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                begin.record()
-                call()
-                end.record()
-                events.append((begin, end))
-            torch.cuda.synchronize(dev)
-            samples.extend(begin.elapsed_time(end) * 1000.0 for begin, end in events)  # ms -> us
+        while taken < max_repeats:
+            batches.append(_batch(call, buffer, min(size, max_repeats - taken), stream, dev))
+            taken += len(batches[-1].events_us)
             spent = time.perf_counter() - start
-            if len(samples) >= min_repeats and spent >= budget_s:
+            if taken >= min_repeats and spent >= budget_s:
                 break
-            per_sample = spent / len(samples)
-            batch = max(1, int((budget_s - spent) / per_sample) + 1) if per_sample > 0 else batch
+            per_sample = spent / taken
+            size = max(1, int((budget_s - spent) / per_sample) + 1) if per_sample > 0 else size
     finally:
         if gc_was_enabled:
             gc.enable()
-    return samples
+    return batches

@@ -1,7 +1,8 @@
 """Wall-clock timing of a callable on the CPU, warm-up until stable, and the noise rule of two timings.
 
 `TimingResult` is backend-neutral: the CUDA-event timer (harness.profile.cuda_timing) fills the same
-fields, adding `device_name` and `clock_mhz`. All durations are microseconds.
+fields, adding `device_name`, `clock_mhz` and its clock cross-check (`clock`, `event_us`, `synced_us`).
+All durations are microseconds.
 
 Warm-up (`warm_up`): a fixed count of warm-up calls is too few for some calls and wasteful for
 others; a cold first call was measured at 1.7x and even 160x its steady time (a cold M=3 K=256
@@ -44,6 +45,12 @@ class TimingResult:
     clock_mhz: float | None = None
     notes: list[str] = field(default_factory=list)
     warmup_stable: bool | None = None  # whether warm-up reached a stable timing; None: a fixed count
+    # GPU timings (harness.profile.cuda_timing): the clock whose reading the samples are, "cuda_event"
+    # or "synchronized_wall" (the events missed work the device-synchronised wall clock saw), and both
+    # clocks' time per call.
+    clock: str | None = None
+    event_us: float | None = None
+    synced_us: float | None = None
 
     @classmethod
     def from_samples(
@@ -56,6 +63,9 @@ class TimingResult:
         clock_mhz: float | None = None,
         notes: list[str] | None = None,
         warmup_stable: bool | None = None,
+        clock: str | None = None,
+        event_us: float | None = None,
+        synced_us: float | None = None,
     ) -> "TimingResult":
         """Summarize per-call durations (microseconds); at least one finite, non-negative sample."""
         samples = [float(s) for s in samples_us]
@@ -84,6 +94,9 @@ class TimingResult:
             clock_mhz=clock_mhz,
             notes=list(notes or []),
             warmup_stable=warmup_stable,
+            clock=clock,
+            event_us=event_us,
+            synced_us=synced_us,
         )
 
     def to_dict(self) -> dict[str, Any]:
