@@ -100,6 +100,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
         seed=int(workload_cfg.get("seed", 0)), inputs_dir=(cfg.get("inputs") or {}).get("dir"),
         attention=dict(workload_cfg.get("attention") or {}), cast=cast_cfg, applied=applied,
         reference_path=str(trials_dir / "reference.pt"), correctness=correctness, timing=ctx.settings,
+        physics_slack=float(cfg["timing"]["physics_slack"]["cuda" if ctx.device.startswith("cuda") else "cpu"]),
         rules=cfg.get("rules"), profiler=profiler_cfg, environment=ctx.environment,
     )
     session = CardSession(worker, job, deadline)
@@ -231,7 +232,8 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
             outcome.tried.extra[APPLIED_KEY] = [*applied, applied_entry(
                 experiment=experiment.name, module=cfg["experiment"]["module"], variant=outcome.tried_variant,
                 params=outcome.tried_params, facts=outcome.tried.extra.get("variant") or {},
-                workload_dtype=built_in, confirmation=outcome.confirmation, run=label["run"])]
+                workload_dtype=built_in, confirmation=outcome.confirmation, run=label["run"],
+                precision=_judged_precision(outcome.tried))]
         save_report(Report(cards=[base_card]), trials_dir / "baseline.json")
         save_report(Report(cards=[outcome.tried]), trials_dir / "tried.json")
         save_report(Report(cards=[outcome.kept]), trials_dir / "best.json")
@@ -299,6 +301,12 @@ def confirm(ctx: RunContext, session: CardSession, trials_dir: Path, tried_path:
     verdict = paired_verdict(before, after, band)
     return reply, {**verdict.as_dict(), "rule": verdict.describe(), "before_rounds_us": before,
                    "after_rounds_us": after, "order": "ABBA"}
+
+
+def _judged_precision(card: Card) -> str | None:
+    """The lowered precision a measured card was held to (harness.correctness), None for the baseline's."""
+    precision = (card.extra.get("correctness") or {}).get("precision")
+    return None if precision in (None, "same") else str(precision)
 
 
 def _confirmed(tried: Card, base_card: Card, reply: TrialResult, confirmation: dict[str, Any]) -> None:

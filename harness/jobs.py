@@ -115,6 +115,7 @@ class TrialJob:
     reference_path: str | None = None  # the card's float64 reference and standard, written with the baseline
     # -- how it is judged, timed and profiled --
     correctness: dict[str, Any] = field(default_factory=dict)  # harness.correctness.Rule
+    physics_slack: float | None = None  # how far below the device's floor a time may be (harness.physics)
     timing: TimingSettings = field(default_factory=TimingSettings)
     rules: dict[str, Any] | None = None  # conf/rules; None: the shipped default
     profiler: dict[str, Any] = field(default_factory=dict)  # the resolved backend's config; name none: time only
@@ -188,7 +189,10 @@ class Judgement:
         return cls(**_known(cls, obj, "judgement", strict=False))
 
     def why_infeasible(self) -> str:
-        """One line: the numbers, and the check's own reason when it has one."""
+        """One line: the numbers, and the check's own reason when it has one (a check beyond the output's
+        error, the physical floor say, refuses an output within its bound: then the reason alone)."""
+        if self.note and self.max_rel <= self.bound:
+            return self.note
         why = f" ({self.note})" if self.note else ""
         return f"max_rel {self.max_rel:.3g} > bound {self.bound:.3g}{why}"
 

@@ -11,7 +11,7 @@ import copy
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
@@ -22,7 +22,9 @@ from harness.cards.model import Card
 from harness.cards.rules import RuleSet, classify_card
 from harness.correctness import Correctness
 from harness.experiment import Prepared
+from harness.input_guard import InputGuard
 from harness.jobs import TimingSettings, TrialJob, per_call
+from harness.physics import Floor
 from harness.profile.base import Profile, Profiler
 from harness.profile.timing import TimingResult, time_cpu, warm_up
 from harness.workloads.base import Workload
@@ -34,17 +36,18 @@ def _rss_bytes() -> int:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def peak_memory_bytes(fn: Callable[[], Any], device: str) -> tuple[int, str]:
-    """Peak memory one call adds: CUDA allocator peak on a GPU, sampled RSS growth on the CPU."""
+def peak_memory_bytes(fn: Callable[[], Any], device: str) -> tuple[int, str, Any]:
+    """Peak memory one call adds (CUDA allocator peak on a GPU, sampled RSS growth on the CPU), how it was
+    measured, and the call's output (it is the variant's second call: checked like the first)."""
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
-        fn()
+        result = fn()
         torch.cuda.synchronize()
-        return int(torch.cuda.max_memory_allocated() - before), "torch.cuda.max_memory_allocated"
+        return int(torch.cuda.max_memory_allocated() - before), "torch.cuda.max_memory_allocated", result
     if not os.path.exists("/proc/self/statm"):
-        return 0, "unavailable (no /proc/self/statm)"
+        return 0, "unavailable (no /proc/self/statm)", fn()
     base = _rss_bytes()
     peak = [base]
     done = threading.Event()
@@ -62,8 +65,7 @@ def peak_memory_bytes(fn: Callable[[], Any], device: str) -> tuple[int, str]:
     finally:
         done.set()
         sampler.join()
-    del result
-    return max(peak[0] - base, 0), "RSS growth sampled every 0.5 ms"
+    return max(peak[0] - base, 0), "RSS growth sampled every 0.5 ms", result
 
 
 def variant_facts(prepared: Prepared, workload: Workload, timing: TimingResult | None) -> dict[str, Any]:
@@ -111,9 +113,41 @@ class Measurement:
     card: Card
     timing: TimingResult | None  # None: the output was wrong, so it was not timed
     correctness: Correctness
-    output: torch.Tensor | None
     profile: Profile | None
     seconds: dict[str, float]  # wall time by phase: timing (measurement) and the rest
+
+
+@dataclass
+class TrialChecks:
+    """What is checked of a variant besides its first output: a call's output is judged by `check`."""
+
+    guard: InputGuard | None = None  # the card's inputs, compared with their pristine copies
+    floor: Floor | None = None  # the device's physical floor for one invocation
+    slack: float | None = None  # how far below the floor a time may be (timing.physics_slack)
+    enforce_floor: bool = True  # False for the baseline: its ratio is evidence of the floor, not a verdict
+    # Why the variant, prepared anew on a second draw of the activations, is wrong there (or None).
+    second_draw: Callable[[], str | None] | None = None
+
+
+class _LastOutput:
+    """The callable timed, keeping what its last call returned (under a CUDA graph: the graph's static
+    output, which every replay overwrites), so the output of the last timed call is checked too."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn, self.value = fn, None
+
+    def __call__(self) -> Any:
+        self.value = self.fn()
+        return self.value
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _wrong_call(which: str, judged: Correctness, why: str) -> str:
+    return f"its {which} call's output is wrong (max_rel {judged.max_rel:.3g} > bound {judged.bound:.3g}): {why}"
 
 
 def measure(
@@ -128,30 +162,65 @@ def measure(
     label: dict[str, Any],
     environment: dict[str, Any],
     spec: TrialJob | None = None,
+    checks: TrialChecks | None = None,
 ) -> Measurement:
     """Run the prepared variant for correctness, time it, profile it, and build its classified card.
 
-    `check` judges the output (harness.correctness: against the workload's float64 reference, and a
-    `Prepared.expected` where the variant has one). It runs before anything is timed, so a wrong
-    variant costs one call. `spec` rebuilds the trial in another process, for profilers that need
-    one (ncu).
+    `check` judges an output (harness.correctness: against the workload's float64 reference). The first
+    call is judged before anything is timed, so a wrong variant costs one call; then the second call (the
+    memory probe's) and the last timed call are judged too, so state carried from call to call (a buffer
+    that accumulates, an output served from a cache) is caught; `checks` adds the inputs guard and the
+    device's physical floor. Any of them failing makes the card infeasible with that reason in its
+    correctness note. `spec` rebuilds the trial in another process, for profilers that need one (ncu).
     """
+    checks = checks or TrialChecks()
+    guard = checks.guard
     fn = prepared.fn
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
     output = fn()
-    if workload.device.startswith("cuda"):
-        torch.cuda.synchronize()
+    _sync(workload.device)
     correctness = check(output)
-    memory, memory_method = peak_memory_bytes(fn, workload.device)
+    problem = (guard.aliased(output) or guard.check_and_restore()) if guard and correctness.feasible else None
+    del output
+    memory, memory_method, second = peak_memory_bytes(fn, workload.device)
+    if correctness.feasible and problem is None:
+        again = check(second)
+        if not again.feasible:
+            problem = _wrong_call("second", again, "state carried over from the first call (a buffer that "
+                                  "accumulates, a cache that serves an older output)")
+    del second
+    if correctness.feasible and problem is None and checks.second_draw is not None:
+        problem = checks.second_draw()
     phases["setup_s"] = time.perf_counter() - t0
+    timing = None
+    physics: dict[str, Any] | None = None
+    if correctness.feasible and problem is None:
+        t1 = time.perf_counter()
+        timed = _LastOutput(fn)
+        timing = time_callable(timed, workload.device, settings)
+        phases["timing_s"] = time.perf_counter() - t1
+        _sync(workload.device)
+        last = check(timed.value)
+        timed.value = None
+        if not last.feasible:
+            problem = _wrong_call("last timed", last, "what it returns changes over repeated calls")
+        if checks.floor is not None and checks.slack:
+            impossible, physics = checks.floor.judge(timing.median_us, checks.slack)
+            if checks.enforce_floor:
+                problem = problem or impossible
+    # Whatever ran since the last look (the memory probe's call, the timed calls), the inputs are put back
+    # before anything else is measured on them.
+    mutated = guard.check_and_restore() if guard else None
+    problem = problem or (mutated if correctness.feasible else None)
+    if problem is not None:
+        correctness = replace(correctness, feasible=False, note=problem)
     if not correctness.feasible:
-        card = _card(source_card, [], None, correctness, None, workload, prepared, label, environment,
+        card = _card(source_card, [], timing, correctness, None, workload, prepared, label, environment,
                      memory, memory_method, rules)
-        return Measurement(card, None, correctness, output, None, phases)
-    t1 = time.perf_counter()
-    timing = time_callable(fn, workload.device, settings)
-    phases["timing_s"] = time.perf_counter() - t1
+        if physics is not None:
+            card.extra["physics"] = physics
+        return Measurement(card, timing, correctness, None, phases)
     t2 = time.perf_counter()
     if profiler is None:
         profile = None
@@ -162,7 +231,9 @@ def measure(
     phases["profile_s"] = time.perf_counter() - t2
     card = _card(source_card, profile.kernels if profile else [], timing, correctness, profile, workload,
                  prepared, label, environment, memory, memory_method, rules)
-    return Measurement(card, timing, correctness, output, profile, phases)
+    if physics is not None:
+        card.extra["physics"] = physics
+    return Measurement(card, timing, correctness, profile, phases)
 
 
 def _card(

@@ -63,6 +63,10 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
         attach_op_breakdowns(diffs, outcomes, ctx.cfg["experiment"].get("predict_from"))
         title = f"{ctx.experiment.name}: baseline vs the best variant tried"
         diff = ReportDiff(cards=diffs, only_before=[o.card_id for o in outcomes if o.tried is None], only_after=[])
+    diff.refused = {o.card_id: lists for o in outcomes
+                    if (lists := {name: entries for name, entries in
+                                  (("skipped", o.skipped), ("infeasible", o.infeasible), ("failed", o.failed))
+                                  if entries})}
     ctx.diff = diff
     write_json_atomic(ctx.run_dir / "diff.json", diff.as_dict())
     reproduction = ReportDiff(
@@ -165,7 +169,8 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
         lines += [f"- `{o.card_id}` {line[2:]}" for line in _evidence_lines("baseline", o.baseline)]
         if o.tried is not None:
             lines += [f"- `{o.card_id}` {line[2:]}" for line in _evidence_lines("variant", o.tried)]
-        for title, entries in (("skipped", o.skipped), ("infeasible (over its bound against the float64 reference, never best)", o.infeasible),
+        for title, entries in (("skipped", o.skipped), ("infeasible (its output off the float64 reference, or a check of the harness refused it; never best)",
+                                o.infeasible),
                                ("failed", o.failed)):
             for key, why in entries.items():
                 lines.append(f"- `{o.card_id}` {key}: {title}: {why}")

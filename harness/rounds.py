@@ -95,12 +95,13 @@ def round_baseline(workload: Workload, applied: list[Mapping[str, Any]], load: A
 
 def applied_entry(*, experiment: str, module: str, variant: str, params: Mapping[str, Any],
                   facts: Mapping[str, Any], workload_dtype: str, confirmation: Mapping[str, Any] | None,
-                  run: str) -> dict[str, Any]:
-    """What a kept card records of the variant this run adopted (read back by the next round)."""
+                  run: str, precision: str | None = None) -> dict[str, Any]:
+    """What a kept card records of the variant this run adopted (read back by the next round); `precision`,
+    the lowered precision it was judged at (None: the original op's), holds every later round to it."""
     return {
         "experiment": experiment, "module": module, "variant": variant, "params": dict(params),
         "carries": dict(facts.get("carries") or {}), "recipe": facts.get("recipe"),
-        "workload_dtype": workload_dtype,
+        "workload_dtype": workload_dtype, "precision": precision,
         "speedup": (confirmation or {}).get("speedup"), "ci": (confirmation or {}).get("ci"), "run": run,
     }
 

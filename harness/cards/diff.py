@@ -212,12 +212,16 @@ class ReportDiff:
     cards: list[CardDiff]
     only_before: list[str]
     only_after: list[str]
+    # Per card, the variants the search refused and why, by the summary's list they are in (skipped,
+    # infeasible, failed): what was tried and is not the best, with the check that refused it.
+    refused: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "cards": [c.as_dict() for c in self.cards],
             "only_before": self.only_before,
             "only_after": self.only_after,
+            "refused": self.refused,
         }
 
 

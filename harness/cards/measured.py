@@ -15,9 +15,11 @@ from harness.cards.model import Card
 
 # Kept from the report card: its id, where the report got it, what a chunk card contains (harness.chunks).
 IDENTITY_EXTRAS = frozenset({"id", "ncu_output", "scheduler_note", "contains", "chunk"})
-# Added by the run around the measurement (harness.card_search, harness.rounds).
+# Added by the run around the measurement (harness.card_search, harness.rounds), and the checks of a
+# variant beyond its output (harness.physics: its time against the device's floor; torch state it left).
 RUN_EXTRAS = frozenset({"search_timing", "report_card", "baseline_drift", "confirmation", "warm_up",
-                        "confirm_error", "applied", "annotate_error"})
+                        "confirm_error", "applied", "annotate_error", "physics", "state_changes",
+                        "second_draw"})
 # Variant facts shown elsewhere: the time (the tables', from the confirm rounds), the recipe (recipe.md).
 FACTS_SHOWN_ELSEWHERE = frozenset({"nominal_flops_per_call", "per_call_us", "recipe", "carries"})
 

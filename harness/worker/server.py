@@ -9,7 +9,7 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,8 @@ from harness.jobs import (
     TrialStatus,
     per_call,
 )
+from harness import torch_state
+from harness.input_guard import InputGuard
 from harness.worker.protocol import is_out_of_memory, one_line
 
 
@@ -39,9 +41,17 @@ class _CardState:
     job: TrialJob  # the job that built it
     card: Any
     experiment: Any
-    workload: Any
+    workload: Any  # what the variants are prepared on: as built, with the applied variants' carries
     baseline: Any  # the experiment's Prepared baseline
+    guard: Any = None  # harness.input_guard.InputGuard over the inputs every variant is prepared on
     reference: Any = None  # the workload's float64 reference, once computed or loaded
+    # The float64 references of the card's draws and batches a variant was judged on, by (draw, calls).
+    references: dict[tuple[int, int], Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what could not be checked on this card, and why
+    as_built: Any = None  # the card's workload before any carry: its run() is the original op
+    # Emulated references by (draw, calls, precision, output dtype); evidence by prepared variant.
+    emulated: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    evidence: dict[int, Any] = field(default_factory=dict)
     standard: Any = None  # harness.correctness.Standard: the rule and the baseline's error e_b, once known
 
 
@@ -70,9 +80,17 @@ class Server:
         card = job.load_card()
         experiment = load_experiment(job.experiment_module)
         workload, carried = build_trial_workload(job, card, experiment)
-        state = _CardState(key, job, card, experiment, carried, None)
+        state = _CardState(key, job, card, experiment, carried, None, as_built=workload)
         self.state = state
-        state.baseline = prepare_baseline(job, workload, experiment)
+        left: list[str] = []
+        with torch_state.isolated(left):
+            state.baseline = prepare_baseline(job, workload, experiment)
+        if left:
+            raise RuntimeError(f"the baseline {leaves_state(left)}")
+        # After the baseline's prepare: a layout or dtype it converts when it is prepared is not a mutation.
+        built = {f"{k} (as built)": v for k, v in workload.inputs.items()
+                 if not any(v is c for c in carried.inputs.values())}
+        state.guard = InputGuard({**built, **carried.inputs})
         return state, time.perf_counter() - t0
 
     def forget(self) -> None:
@@ -88,7 +106,7 @@ class Server:
         """
         import torch
 
-        from harness.correctness import Rule, Standard
+        from harness.correctness import Rule, anchored_standard
         from harness.workloads.base import parse_dtype
 
         if job.role == BASELINE and job.kind is JobKind.MEASURE:
@@ -100,8 +118,10 @@ class Server:
                 raise RuntimeError(f"no correctness reference at {path}: the baseline was not measured")
             saved = torch.load(path, map_location=state.workload.device, weights_only=True)
             state.reference = saved["reference"]
-            state.standard = Standard(Rule.from_config(job.correctness), float(saved["baseline_error"]),
-                                      parse_dtype(saved["baseline_dtype"]), state.workload.reduction_length)
+            state.standard = anchored_standard(Rule.from_config(job.correctness), float(saved["baseline_error"]),
+                                               parse_dtype(saved["baseline_dtype"]), state.workload.reduction_length,
+                                               saved.get("adopted_precision"))
+        state.references[(0, 1)] = state.reference
         return state.reference
 
     def rules(self, cfg: Any) -> Any:
@@ -122,38 +142,133 @@ class Server:
             self._profilers[key] = None if name in (None, "none") else registry.make(str(name), cfg)
         return self._profilers[key]
 
-    def judge(self, state: _CardState, prepared: Any, output: Any) -> Any:
-        """A trial's output against the card's float64 reference, by the standard the baseline set."""
-        return state.standard.judge(output, state.reference, precision=prepared.precision,
-                                    expected=prepared.expected, calls=prepared.calls)
+    def prepare(self, state: _CardState, variant: str, params: dict[str, Any], workload: Any = None) -> Any:
+        """A variant prepared on the card's workload (or one of its draws); a batch it claims must be one
+        the harness built, checked before anything of it runs."""
+        from harness.workloads.draws import batch_for
+
+        workload = state.workload if workload is None else workload
+        prepared = state.experiment.prepare(variant, workload, params)
+        if prepared.calls > 1:
+            batch_for(workload, prepared.calls)
+        return prepared
+
+    def judge(self, state: _CardState, prepared: Any, output: Any, workload: Any = None) -> Any:
+        """A trial's output against the float64 reference of the calls it was prepared on (the card's
+        workload or a draw of it; one call, or the harness-built batch), by the standard the baseline set."""
+        import torch
+
+        from harness.precision import observed_precisions
+        from harness.workloads.draws import batch_for
+
+        workload = state.workload if workload is None else workload
+        key = (workload.draw, prepared.calls)
+        if key not in state.references:
+            source = batch_for(workload, prepared.calls) if prepared.calls > 1 else workload
+            state.references[key] = source.reference(torch.float64)
+        held = state.standard.precision_for(prepared.precision)
+        if held is None:
+            return state.standard.judge(output, state.references[key], precision=prepared.precision)
+        if id(prepared) not in state.evidence:  # what its call computes in: evidence it cannot write itself
+            state.evidence[id(prepared)] = observed_precisions(prepared.fn)
+        return state.standard.judge(output, state.references[key], precision=prepared.precision,
+                                    emulated=self.emulated(state, workload, prepared.calls, held, output.dtype),
+                                    evidence=state.evidence[id(prepared)])
+
+    def emulated(self, state: _CardState, workload: Any, calls: int, precision: str, output_dtype: Any) -> Any:
+        """The reference of `workload` (or its batch) emulating `precision`, once per card; None where the op
+        has none (a chunk) or a carried round-2 workload's inputs are not what its reference reads."""
+        from harness.correctness import CorrectnessError
+        from harness.precision import emulated_reference
+        from harness.workloads.draws import batch_for
+
+        key = (workload.draw, calls, precision, str(output_dtype))
+        if key not in state.emulated:
+            source = batch_for(workload, calls) if calls > 1 else workload
+            try:
+                state.emulated[key] = emulated_reference(source, precision, output_dtype)
+            except CorrectnessError as exc:
+                state.notes.append(f"no {precision}-emulated reference: {exc}")
+                state.emulated[key] = None
+        return state.emulated[key]
+
+    def second_draw(self, state: _CardState, job: TrialJob) -> str | None:
+        """Why the variant is wrong on a second draw of the card's activations (prepared anew on it, its
+        output against that draw's own float64 reference), or None; mistakes the first draw's values hide
+        (an input cached from the first call, a result that holds only for these numbers) show there."""
+        from harness.workloads.base import WorkloadError
+
+        try:
+            drawn = state.workload.redraw(1)
+        except WorkloadError as exc:  # a workload hook that replaced the op without its draws
+            state.notes.append(f"no second draw: {exc}")
+            return None
+        prepared = self.prepare(state, str(job.variant), dict(job.params), drawn)
+        output = prepared.fn()
+        _synchronize(drawn.device)
+        judged = self.judge(state, prepared, output, drawn)
+        if judged.feasible:
+            return None
+        return ("on a second draw of its activations its output is wrong: "
+                f"{Judgement.from_dict(judged.as_dict()).why_infeasible()}")
+
+    def checks(self, state: _CardState, job: TrialJob, prepared: Any) -> Any:
+        """The inputs guard, the second draw and the device's physical floor for this prepared variant
+        (harness.measure)."""
+        from harness.measure import TrialChecks
+        from harness.physics import device_peaks, floor_for
+
+        floor = None
+        if job.physics_slack:
+            w = state.workload
+            floor = floor_for(w.flops, w.min_bytes, prepared.calls, device_peaks(w.device))
+        trial = job.role != BASELINE
+        return TrialChecks(guard=state.guard, floor=floor, slack=job.physics_slack, enforce_floor=trial,
+                           second_draw=(lambda: self.second_draw(state, job)) if trial else None)
 
     def measure(self, state: _CardState, job: TrialJob) -> TrialResult:
         """Measure the baseline or a trial, annotate its card and write it to job.card_path."""
         from harness.cards.model import Report, save_report
-        from harness.correctness import Correctness, Rule, judge_baseline
+        from harness.correctness import Correctness, Rule, coarsest, judge_baseline
         from harness.measure import measure
         from harness.workloads.base import dtype_name
 
         t0 = time.perf_counter()
         reference = self.reference(state, job)
         reference_s = time.perf_counter() - t0
-        judged: dict[str, Any] = {}
+        state.evidence.clear()
+        judged: Any = None
         if job.role == BASELINE:
             prepared = state.baseline
-            rule = Rule.from_config(job.correctness)
-
-            def check(output: Any) -> Correctness:
-                judged["standard"], correctness = judge_baseline(output, reference, rule,
-                                                                 state.workload.reduction_length)
-                return correctness
+            original = state.as_built.run()  # the card's op as the report ran it sets every round's standard
+            _synchronize(state.workload.device)
+            adopted = coarsest(entry.get("precision") for entry in job.applied)
+            state.standard, judged = judge_baseline(original, reference, Rule.from_config(job.correctness),
+                                                    state.workload.reduction_length, adopted_precision=adopted)
+            del original
+            if not judged.feasible:  # no variant can be held to a malformed original op
+                raise RuntimeError(f"its output is unusable ({judged.note})")
         else:
-            prepared = state.experiment.prepare(str(job.variant), state.workload, dict(job.params))
+            left: list[str] = []
+            with torch_state.isolated(left):
+                prepared = self.prepare(state, str(job.variant), dict(job.params))
+            if left:
+                return TrialResult(TrialStatus.INFEASIBLE, reason=f"when prepared, it {leaves_state(left)}")
 
-            def check(output: Any) -> Correctness:
-                return self.judge(state, prepared, output)
-        m = measure(source_card=state.card, workload=state.workload, prepared=prepared, check=check,
-                    profiler=self.profiler(job.profiler), settings=job.timing, rules=self.rules(job.rules),
-                    label=job.label, environment=job.environment, spec=job)
+        def check(output: Any) -> Correctness:
+            correctness = self.judge(state, prepared, output)
+            if job.role == BASELINE and judged.note and not correctness.note:
+                correctness.note = judged.note  # what the original op's own error says of this card
+            return correctness
+        left = []
+        with torch_state.isolated(left):
+            m = measure(source_card=state.card, workload=state.workload, prepared=prepared, check=check,
+                        profiler=self.profiler(job.profiler), settings=job.timing, rules=self.rules(job.rules),
+                        label=job.label, environment=job.environment, spec=job,
+                        checks=self.checks(state, job, prepared))
+        if left:  # no later measurement runs under what it left behind: it was restored; its card says so
+            m.card.extra["state_changes"] = left
+            m = refuse(m, f"when called, it {leaves_state(left)}")
         card, path = m.card, Path(str(job.card_path))
         card.extra.update(job.extra)
         try:
@@ -164,11 +279,11 @@ class Server:
             raise _Measured(str(path)) from exc
         save_report(Report(cards=[card]), path)
         if job.role == BASELINE:
-            if not m.correctness.feasible:  # no variant can be held to a malformed baseline
+            if not m.correctness.feasible:  # no variant can be held to a failing baseline
                 raise _Measured(str(path)) from RuntimeError(f"its output is unusable ({m.correctness.note})")
-            state.standard = judged["standard"]
             _save({"reference": reference.detach(), "baseline_error": state.standard.baseline_error,
-                   "baseline_dtype": dtype_name(state.standard.dtype)},
+                   "baseline_dtype": dtype_name(state.standard.dtype),
+                   "adopted_precision": state.standard.adopted_precision},
                   Path(str(job.reference_path)))
         seconds = {**m.seconds, "reference_s": reference_s}
         seconds["setup_s"] = seconds.get("setup_s", 0.0) + reference_s  # the reference is set-up too
@@ -209,11 +324,16 @@ class Server:
         if plan is None:
             raise ValueError("a confirm job needs its plan")
         self.reference(state, job)
-        tried = state.experiment.prepare(plan.variant, state.workload, dict(plan.params))
-        output = tried.fn()
-        _synchronize(state.workload.device)
-        judged = self.judge(state, tried, output)
-        del output
+        left: list[str] = []
+        with torch_state.isolated(left):
+            tried = self.prepare(state, plan.variant, dict(plan.params))
+            output = tried.fn()
+            _synchronize(state.workload.device)
+            judged = self.judge(state, tried, output)
+            del output
+        if left:
+            return TrialResult(TrialStatus.INFEASIBLE, reason=f"prepared again for the confirm rounds, it "
+                               f"{leaves_state(left)}")
         if not judged.feasible:
             return TrialResult(TrialStatus.INFEASIBLE, reason="prepared again for the confirm rounds, its output "
                                f"is wrong: {Judgement.from_dict(judged.as_dict()).why_infeasible()}")
@@ -222,16 +342,22 @@ class Server:
         medians: dict[str, list[float]] = {"base": [], "best": []}
         last: dict[str, Any] = {}
         t0 = time.perf_counter()
-        warmups = {key: warm_up_until_stable(side.fn, state.workload.device) for key, side in sides.items()}
+        warmups = {}
+        for key, side in sides.items():
+            with torch_state.isolated(left):
+                warmups[key] = warm_up_until_stable(side.fn, state.workload.device)
         settings = TimingSettings(warmup=1, min_repeats=3, budget_s=plan.budget_s, cuda_graph=job.timing.cuda_graph)
         for number in range(plan.rounds):
             order = ("base", "best") if number % 2 == 0 else ("best", "base")
             for key in order:
-                timing = time_callable(sides[key].fn, state.workload.device, settings)
+                with torch_state.isolated(left):  # neither side's round runs under what the other left
+                    timing = time_callable(sides[key].fn, state.workload.device, settings)
                 samples[key].extend(timing.samples_us)
                 medians[key].append(timing.median_us)
                 last[key] = timing
         seconds = time.perf_counter() - t0
+        if left:
+            return TrialResult(TrialStatus.INFEASIBLE, reason=f"in the confirm rounds, a side {leaves_state(left)}")
         paths = {"base": (plan.baseline_card, plan.baseline_out), "best": (plan.tried_card, plan.tried_out)}
         for key, (source, target) in paths.items():
             pooled = type(last[key]).from_samples(
@@ -243,6 +369,19 @@ class Server:
             TrialStatus.COMPLETE, seconds={"timing_s": seconds},
             baseline_rounds=SideRounds([per_call(m, sides["base"].calls) for m in medians["base"]], sides["base"].calls),
             tried_rounds=SideRounds([per_call(m, tried.calls) for m in medians["best"]], tried.calls))
+
+
+def leaves_state(left: list[str]) -> str:
+    """The reason a variant that left process state changed is refused (the lines of torch_state's note)."""
+    return (f"leaves process state changed: {'; '.join(left)} (restored; a variant may change a setting inside "
+            "its own call if it restores it there)")
+
+
+def refuse(m: Any, reason: str) -> Any:
+    """The measurement with its card infeasible for `reason` (a check beyond its output's error)."""
+    correctness = replace(m.correctness, feasible=False, note=reason)
+    m.card.extra["correctness"] = correctness.as_dict()
+    return replace(m, correctness=correctness)
 
 
 class _Measured(Exception):
@@ -295,16 +434,15 @@ def _free_memory() -> None:
 
 def answer(server: Server, job: TrialJob) -> TrialResult:
     """Run one job; every failure becomes a result (the child only dies when the process does)."""
-    from harness import torch_state
     from harness.experiment import VariantSkipped
     from harness.workloads.base import WorkloadError
 
     handlers = {JobKind.MEASURE: server.measure, JobKind.RETIME: server.retime, JobKind.CONFIRM: server.confirm}
     stage = "setup"
     try:
-        state, build_s = server.card(job)
-        stage = "run"
         with torch_state.pinned():  # no request inherits what an earlier variant set
+            state, build_s = server.card(job)
+            stage = "run"
             result = handlers[job.kind](state, job)
         return replace(result, seconds={**result.seconds, "build_s": build_s})
     except VariantSkipped as exc:
@@ -322,7 +460,8 @@ def answer(server: Server, job: TrialJob) -> TrialResult:
             setup = stage == "setup" and isinstance(exc, (WorkloadError, TypeError))
             status, reason = (TrialStatus.SETUP if setup else TrialStatus.FAILED), one_line(exc)
         # After a device-side CUDA error the context is unusable: answer, then let the parent restart us.
-        restart = status is not TrialStatus.OOM and ("CUDA error" in reason or type(exc).__name__ == "AcceleratorError")
+        restart = status is not TrialStatus.OOM and ("CUDA error" in reason or type(exc).__name__ == "AcceleratorError"
+                                                     or isinstance(exc, torch_state.StateNotRestored))
         del exc
         if stage == "setup":
             server.forget()

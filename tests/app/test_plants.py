@@ -1,0 +1,120 @@
+"""An adversarial suite: each planted mistake is refused with its own reason; the honest twins stay.
+
+The plants (tests/app/plants/plant_experiment.py) run at the worker level, as trials of one card: the
+report's K=13824 linear with small M and N, in the worker process a run uses. Each plant is faster
+than the baseline (which does the linear twice), so "not faster" can never be what refuses it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from harness.cards.lint import lint_report
+from harness.cards.model import load_report
+from harness.cards.noise import paired_verdict
+from harness.jobs import ConfirmPlan, TimingSettings, TrialJob, TrialResult, TrialStatus
+from harness.worker import CardSession, TrialWorker
+
+REPO = Path(__file__).resolve().parents[2]
+CARD = "dit-480-linear-m1170n5120k13824-ffde6a"
+SCALE = 0.05  # M 58, N 256, K 13824: the report's reduction length
+
+
+class Plants:
+    def __init__(self, session: CardSession, folder: Path):
+        self.session, self.folder, self.count = session, folder, 0
+
+    def trial(self, variant: str) -> TrialResult:
+        self.count += 1
+        return self.session.measure(role="trial", variant=variant, params={},
+                                    label={"experiment": "plants", "variant": variant, "role": "trial"},
+                                    card_path=self.folder / f"trial_{self.count:02d}_{variant}.json")
+
+    def card(self, result: TrialResult) -> dict:
+        return load_report(str(result.card_path)).cards[0].extra
+
+
+@pytest.fixture(scope="module")
+def plants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plants]:
+    folder = tmp_path_factory.mktemp("plants")
+    card = lint_report(load_report()).normalized.card(CARD)
+    job = TrialJob(card=card.to_dict(), experiment_module="tests.app.plants.plant_experiment", device="cpu",
+                   scale=SCALE, correctness={"same_factor": 4, "lowered_factor": 4, "emulated_factor": 2},
+                   physics_slack=20.0, timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.05),
+                   profiler={"name": "none"}, reference_path=str(folder / "reference.pt"))
+    worker = TrialWorker(log_path=folder / "worker.log")
+    session = CardSession(worker, job, deadline_s=300)
+    base = session.measure(role="baseline", variant="twice", params={}, label={"role": "baseline"},
+                           card_path=folder / "baseline.json")
+    assert base.ok, base.reason
+    try:
+        yield Plants(session, folder)
+    finally:
+        worker.close()
+
+
+REFUSED = {
+    "stale": (TrialStatus.INFEASIBLE, "faster than the device can do this work"),
+    "cached_input": (TrialStatus.INFEASIBLE, "second draw"),
+    "accumulate": (TrialStatus.INFEASIBLE, "second call's output is wrong"),
+    "mutate_input": (TrialStatus.INFEASIBLE, "mutates its input x in place"),
+    "claimed_batch": (TrialStatus.FAILED, "built no 4 calls"),
+    "repeated_batch": (TrialStatus.INFEASIBLE, "max_rel"),
+    "declared_bf16": (TrialStatus.INFEASIBLE, "declares bfloat16 but"),
+    "bf16_drops_terms": (TrialStatus.INFEASIBLE, "emulated"),
+    "leaks_threads": (TrialStatus.INFEASIBLE, "leaves process state changed"),
+    "leaks_autocast": (TrialStatus.INFEASIBLE, "leaves process state changed"),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(REFUSED))
+def test_each_plant_is_refused_with_its_own_reason(plants: Plants, variant: str):
+    status, reason = REFUSED[variant]
+    result = plants.trial(variant)
+    assert result.status is status, (result.status, result.reason)
+    assert reason in result.reason, result.reason
+    # The next trial of an honest variant on the same card is not poisoned by what the plant did.
+    after = plants.trial("once")
+    assert after.ok, after.reason
+    extra = plants.card(after)
+    assert extra["correctness"]["bound"] < 1e-4  # float32's same-precision bound: no autocast leaked
+    assert not extra.get("state_changes")
+
+
+@pytest.mark.parametrize("variant", ["once", "honest_batch", "honest_bf16"])
+def test_the_honest_twins_are_feasible(plants: Plants, variant: str):
+    result = plants.trial(variant)
+    assert result.ok, result.reason
+    assert math.isfinite(result.per_call_us or math.nan)
+
+
+@pytest.mark.parametrize("variant", ["once", "honest_batch"])
+def test_the_honest_wins_are_confirmed_faster(plants: Plants, variant: str):
+    measured = plants.trial(variant)
+    assert measured.ok, measured.reason
+    folder = plants.folder
+    plan = ConfirmPlan(variant, {}, 6, 0.05, str(folder / "baseline.json"), str(measured.card_path),
+                       str(folder / f"confirmed_base_{variant}.json"), str(folder / f"confirmed_{variant}.json"))
+    confirmed = plants.session.confirm(plan)
+    assert confirmed.ok, confirmed.reason
+    assert confirmed.baseline_rounds and confirmed.tried_rounds
+    verdict = paired_verdict(confirmed.baseline_rounds.round_us, confirmed.tried_rounds.round_us, 0.05)
+    assert verdict.verdict == "FASTER", verdict.describe()
+    # The batch's time is per original call: about a quarter of its invocation's.
+    assert confirmed.tried_rounds.calls == (4 if variant == "honest_batch" else 1)
+
+
+def test_a_plant_is_refused_again_when_the_confirm_prepares_it_anew(plants: Plants):
+    """A variant whose later build differs from the ones the search checked is not confirmed unchecked."""
+    searched = plants.trial("flaky_build")
+    assert searched.ok, searched.reason  # its first two builds (both draws) are right
+    folder = plants.folder
+    plan = ConfirmPlan("flaky_build", {}, 2, 0.02, str(folder / "baseline.json"), str(searched.card_path),
+                       str(folder / "confirm_base_x.json"), str(folder / "confirm_tried_x.json"))
+    confirmed = plants.session.confirm(plan)
+    assert confirmed.status is TrialStatus.INFEASIBLE
+    assert "prepared again for the confirm rounds" in confirmed.reason
