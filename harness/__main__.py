@@ -22,22 +22,19 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from harness.cards.measures import card_time_us
-from harness.cards.model import ReportError
-from harness.experiment import ExperimentError
 from harness.auto import run_auto
 from harness.config_schema import is_auto
-from harness.provenance import ResumeError, check_run_dir, claim_run_dir, resumable
-from harness.run import RunError, execute
-from harness.search import SearchError, make_storage, note_interrupt, safe_to_interrupt
+from harness.errors import HarnessError
+from harness.provenance import check_run_dir, claim_run_dir, resumable
+from harness.run import execute
+from harness.search import make_storage, note_interrupt, safe_to_interrupt
 from harness.stopping import record_stop
 from harness.validate import ConfigError, check_creatable, compose_checked, validate_config
 from harness.validate import hydra_error_line as _one_line
-from harness.workloads.base import WorkloadError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 EXIT_BAD_INPUT = 2
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # exit status 128 + the signal: 130, 143
-BAD_INPUT = (RunError, ReportError, ExperimentError, SearchError, WorkloadError, ConfigError, ResumeError)
 log = logging.getLogger("harness")
 _received: list[int] = []  # the signal that asked this process to stop
 _redelivery: list[int] = []  # a deferred signal this process sent itself again, pending
@@ -135,7 +132,7 @@ def app(cfg: DictConfig) -> float | None:
                           profiler=str((config.get("profiler") or {}).get("name")),
                           cards=config.get("cards") or config["auto"].get("default_cards"))
             summary = run_auto(config, run_dir, _compose_experiment, known_experiments([]))
-        except BAD_INPUT as exc:
+        except HarnessError as exc:
             _fail(str(exc))
         except KeyboardInterrupt as stop:
             _stopped(run_dir, stop)
@@ -146,7 +143,7 @@ def app(cfg: DictConfig) -> float | None:
         return None
     try:
         ctx, outcomes = execute(config, run_dir)
-    except BAD_INPUT as exc:
+    except HarnessError as exc:
         _fail(str(exc))
     except KeyboardInterrupt as stop:
         _stopped(run_dir, stop)
@@ -220,7 +217,7 @@ def preflight(args: list[str]) -> None:
         check_run_dir(Path(run_dir), config)
         if config["search"].get("storage"):  # the default lives in the run directory, not made yet
             make_storage(config["search"]["storage"], config["search"])
-    except (ConfigError, SearchError, ResumeError) as exc:
+    except HarnessError as exc:
         _fail(str(exc))
 
 

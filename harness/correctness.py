@@ -104,6 +104,8 @@ supplies about the other calls is trusted: it names no expected output of its ow
 
 from __future__ import annotations
 
+from harness.errors import HarnessError
+
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
@@ -123,7 +125,7 @@ _TF32_UNIT_ROUNDOFF = 2.0**-11  # TF32 keeps 10 fraction bits
 EMULATED_FACTOR = 2.0
 
 
-class CorrectnessError(ValueError):
+class CorrectnessError(HarnessError):
     """A correctness rule or precision that cannot be used; one line saying why."""
 
 

@@ -19,6 +19,8 @@ trial's workload is built (harness.trial_spec.build_trial_workload).
 
 from __future__ import annotations
 
+from harness.errors import HarnessError
+
 import importlib
 import inspect
 from dataclasses import InitVar, dataclass, field
@@ -107,7 +109,7 @@ class VariantSkipped(RuntimeError):
     """This variant cannot run on this device or install; the message says why."""
 
 
-class ExperimentError(ValueError):
+class ExperimentError(HarnessError):
     """An experiment that does not exist or is misconfigured; one line, with the fix."""
 
 

@@ -16,6 +16,8 @@ sub-run's, so no two experiments ever share a folder, nor a `trials/<card>/` fol
 
 from __future__ import annotations
 
+from harness.errors import HarnessError
+
 import hashlib
 import json
 import sqlite3
@@ -38,7 +40,7 @@ RESOLVED = ("cards", "device", "profiler")
 _ABSENT = object()
 
 
-class ResumeError(ValueError):
+class ResumeError(HarnessError):
     """A run directory that this run must not write into; the message (one line) says what to do."""
 
 

@@ -14,6 +14,8 @@ Nothing here is timed; the worker calls `round_workload` and `round_baseline` wh
 
 from __future__ import annotations
 
+from harness.errors import HarnessError
+
 import dataclasses
 from typing import Any, Iterable, Mapping
 
@@ -27,7 +29,7 @@ CARRY_KINDS = ("memory_format", "dtype")
 _FORMATS = {"contiguous": torch.contiguous_format, "channels_last_3d": torch.channels_last_3d}
 
 
-class RoundError(ValueError):
+class RoundError(HarnessError):
     """A best.json whose applied variants cannot be rebuilt; one line, with the fix."""
 
 

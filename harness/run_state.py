@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from harness.errors import HarnessError
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -14,7 +16,7 @@ from harness.measure import TimingSettings
 from harness.profile.base import Profiler
 
 
-class RunError(ValueError):
+class RunError(HarnessError):
     """Bad configuration or input found before measuring; one line, with the fix."""
 
 

@@ -17,6 +17,8 @@ An experiment's own op kinds are applied before `costliest`, so "the 3 costliest
 
 from __future__ import annotations
 
+from harness.errors import HarnessError
+
 from typing import Any, Iterable, Mapping, Sequence
 
 from harness.cards.fields import UNRESOLVED
@@ -33,7 +35,7 @@ NO_CLASS = "none"
 EXPERIMENT_CLASSES = "experiment"
 
 
-class SelectionError(ValueError):
+class SelectionError(HarnessError):
     """A `cards=` value that selects nothing usable; one line, with the fix."""
 
 

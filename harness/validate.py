@@ -10,6 +10,8 @@ key the schema lacks) into the same messages as `problems`, which checks the com
 
 from __future__ import annotations
 
+from harness.errors import HarnessError
+
 import dataclasses
 import difflib
 import os
@@ -27,7 +29,7 @@ from harness.config_schema import AUTO, BOUNDS, CHOICES, OPEN_SECTIONS, Bounds, 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
-class ConfigError(ValueError):
+class ConfigError(HarnessError):
     """A configuration that cannot run; the message (one line) says what to change."""
 
 

@@ -14,6 +14,8 @@ runs (`python -m harness.cards diff`) finds the judge by importing it, without t
 
 from __future__ import annotations
 
+from harness.errors import HarnessError
+
 import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
@@ -51,7 +53,7 @@ class Check:
         return None if module in (None, __name__) else module
 
 
-class CheckError(ValueError):
+class CheckError(HarnessError):
     """A check that is unknown or registered twice; the message says what to do."""
 
 

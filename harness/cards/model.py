@@ -7,6 +7,8 @@ the way back out.
 
 from __future__ import annotations
 
+from harness.errors import HarnessError
+
 import copy
 import json
 import math
@@ -23,7 +25,7 @@ from harness.cards.ids import derive_card_id, id_stem, op_kind, similar_ids
 DEFAULT_REPORT_NAME = "lingbot_world_realtime_ncu_20260908.json"
 
 
-class ReportError(ValueError):
+class ReportError(HarnessError):
     """A report that cannot be read or used; the message is one line naming the file."""
 
 

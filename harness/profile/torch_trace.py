@@ -25,6 +25,8 @@ harness.profile.occupancy, which reproduces the trace's own occupancy estimate (
 
 from __future__ import annotations
 
+from harness.errors import HarnessError
+
 import gzip
 import json
 import math
@@ -36,7 +38,7 @@ from typing import Any
 from harness.profile.occupancy import Occupancy, SmLimits, occupancy, supported_compute_capabilities, waves
 
 
-class TraceError(ValueError):
+class TraceError(HarnessError):
     """A trace that cannot be read; the message is one line naming the file."""
 
 

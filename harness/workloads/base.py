@@ -13,6 +13,8 @@ Every failure to build a card is a `WorkloadError` with a one-line message.
 
 from __future__ import annotations
 
+from harness.errors import HarnessError
+
 import json
 import math
 from dataclasses import dataclass, field
@@ -49,7 +51,7 @@ _DTYPE_ALIASES: dict[str, torch.dtype] = {
 }
 
 
-class WorkloadError(ValueError):
+class WorkloadError(HarnessError):
     """A card that cannot be turned into a workload; the message is one line saying why."""
 
 

@@ -23,6 +23,8 @@ from harness.cards.model import load_report
 from harness.worker import CardSession, TrialWorker, exit_reason, is_out_of_memory, one_line
 
 REPO = Path(__file__).resolve().parents[2]
+STATUS_OF_FAULT = {"raise": "failed", "oom": "oom", "cuda_oom": "oom", "segfault": "crashed", "exit": "crashed",
+                   "hang": "deadline", "wait_kill": "crashed"}
 CARD = "vae-480-conv3d-16to16k111t3-9507c7"
 STUDY = f"fault_injection:{CARD}"
 TINY = ["experiment=vae_channels_last", "experiment.module=tests.app.fault_experiment", "experiment.name=fault_injection", f"cards=[{CARD}]",
@@ -78,7 +80,8 @@ def _check(run_dir: Path, proc: subprocess.CompletedProcess, complete: int, fail
     for kind, prefix in failed.items():
         trial = fails[kind]
         reason = trial.user_attrs["reason"]
-        assert trial.user_attrs["status"] == "failed"
+        # One status per kind of failure (harness.jobs.TrialStatus), each a FAIL trial listed as failed.
+        assert trial.user_attrs["status"] == STATUS_OF_FAULT[kind]
         assert reason.startswith(prefix), (kind, reason)
         assert "\n" not in reason
         assert f"failed: {reason[:150]}" in summary, (reason, summary)

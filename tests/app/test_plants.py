@@ -118,3 +118,33 @@ def test_a_plant_is_refused_again_when_the_confirm_prepares_it_anew(plants: Plan
     confirmed = plants.session.confirm(plan)
     assert confirmed.status is TrialStatus.INFEASIBLE
     assert "prepared again for the confirm rounds" in confirmed.reason
+
+
+@pytest.mark.slow
+def test_a_whole_run_refuses_the_plants_in_summary_and_diff_and_adopts_the_honest_win(tmp_path: Path):
+    """What a user reads: each refused plant with its reason in summary.md and diff.json; `once` adopted."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    conf = REPO / "tests" / "app" / "plants" / "conf"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", f"hydra.searchpath=[file://{conf}]", "experiment=plants",
+         f"hydra.run.dir={tmp_path}", f"workload.cpu_scale={SCALE}", "timing.budget_s=0.05",
+         "timing.drift_budget_s=0.02", "timing.confirm_rounds=6", "search.n_trials=7", "profiler=cpu"],
+        capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    diff = json.loads((tmp_path / "diff.json").read_text())
+    row = diff["cards"][0]
+    assert row["variant"]["name"] == "once" and row["adopted"] is True, row
+    refused = diff["refused"][CARD]
+    summary = (tmp_path / "summary.md").read_text()
+    reasons = {"stale": "faster than the device can do this work", "accumulate": "second call's output is wrong",
+               "mutate_input": "mutates its input x in place", "declared_bf16": "declares bfloat16 but",
+               "leaks_autocast": "leaves process state changed", "claimed_batch": "built no 4 calls"}
+    for variant, reason in reasons.items():
+        listed = "failed" if variant == "claimed_batch" else "infeasible"
+        assert reason in refused[listed][variant], (variant, refused)
+        assert f"`{CARD}` {variant}: {listed}" in summary and reason in summary

@@ -7,6 +7,8 @@ one card per kernel name with group_by="kernel". Classification is left to the c
 
 from __future__ import annotations
 
+from harness.errors import HarnessError
+
 import os
 from pathlib import Path
 from typing import Literal
@@ -24,7 +26,7 @@ _REPORT_MAGIC = b"NVR\x00"  # first bytes of every .ncu-rep seen so far
 _REPORT_SUFFIXES = (".ncu-rep", ".ncu-repz")
 
 
-class NcuImportError(ValueError):
+class NcuImportError(HarnessError):
     """ncu output that cannot be turned into cards; the message is one line naming the file."""
 
 

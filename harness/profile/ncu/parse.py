@@ -17,6 +17,8 @@ note says which unit (one odd unit must not cost a trial its other fields); with
 
 from __future__ import annotations
 
+from harness.errors import HarnessError
+
 import csv
 import re
 from dataclasses import dataclass, field
@@ -56,7 +58,7 @@ _NUMBER = re.compile(r"^[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][+-]?\d+
 Value = float | str
 
 
-class NcuParseError(ValueError):
+class NcuParseError(HarnessError):
     """Text that is not an ncu CSV table, or a table this parser cannot read safely."""
 
 

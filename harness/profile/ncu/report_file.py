@@ -8,6 +8,8 @@ Two ways, tried in order:
 
 from __future__ import annotations
 
+from harness.errors import HarnessError
+
 import importlib
 import os
 import sys
@@ -28,7 +30,7 @@ _WANTED: tuple[str, ...] = (
 )
 
 
-class NcuReportError(ValueError):
+class NcuReportError(HarnessError):
     """A report file that cannot be read here; the message names the file and the way out."""
 
 

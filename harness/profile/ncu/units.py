@@ -9,10 +9,12 @@ a guess. Byte prefixes are decimal as ncu prints them (1 Kbyte = 1000 bytes); Ki
 
 from __future__ import annotations
 
+from harness.errors import HarnessError
+
 from fractions import Fraction
 
 
-class NcuUnitError(ValueError):
+class NcuUnitError(HarnessError):
     """A unit this module does not know for the quantity asked for."""
 
 
