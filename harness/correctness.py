@@ -185,7 +185,7 @@ class Rule:
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> Rule:
         return cls(float(section["same_factor"]), float(section["lowered_factor"]),
-                   float(section["emulated_factor"]))
+                   float(section.get("emulated_factor", EMULATED_FACTOR)))
 
 
 @dataclass(frozen=True)
