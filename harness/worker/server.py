@@ -237,7 +237,6 @@ class Server:
         reference = self.reference(state, job)
         reference_s = time.perf_counter() - t0
         state.evidence.clear()
-        judged: Any = None
         if job.role == BASELINE:
             prepared = state.baseline
             original = state.as_built.run()  # the card's op as the report ran it sets every round's standard
@@ -256,10 +255,10 @@ class Server:
                 return TrialResult(TrialStatus.INFEASIBLE, reason=f"when prepared, it {leaves_state(left)}")
 
         def check(output: Any) -> Correctness:
-            correctness = self.judge(state, prepared, output)
-            if job.role == BASELINE and judged.note and not correctness.note:
-                correctness.note = judged.note  # what the original op's own error says of this card
-            return correctness
+            if job.role == BASELINE and not job.applied:
+                # The original op itself: it sets the standard, so it is feasible unless its output is malformed.
+                return judge_baseline(output, reference, state.standard.rule, state.workload.reduction_length)[1]
+            return self.judge(state, prepared, output)
         left = []
         with torch_state.isolated(left):
             m = measure(source_card=state.card, workload=state.workload, prepared=prepared, check=check,
