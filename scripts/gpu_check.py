@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""The GPU check: the GPU path end to end in one call of at most 10 minutes on a machine with no network.
+"""The GPU check: the GPU path end to end in one device command of at most 7 minutes, with no network.
 
-    scripts/gpu_check.sh [--dry-run] [--steps a,b,...] [--out DIR] [--deadline S] [--list]
+    scripts/gpu_check.sh [--dry-run] [--steps a,b,...] [--out DIR] [--deadline S] [--plan]
 
-Steps, in order of value (`--list` prints them with their budgets), each recorded in summary.json with
-its status (ok, failed, timeout, skipped), seconds, one line of result and its headline numbers:
+Steps, in order of value (`--plan` prints them with their budgets and what each budget is made of),
+each recorded in summary.json with its status (ok, failed, timeout, skipped), seconds, one line of
+result and its headline numbers:
 
   machine            nvidia-smi, driver, torch/CUDA/triton/cupy/ncu versions, SM clock -> versions.txt
   install            the wheels of .whl/ (scripts/device_wheels.sh) with --no-index --no-deps --target,
@@ -12,26 +13,35 @@ its status (ok, failed, timeout, skipped), seconds, one line of result and its h
   ncu_preflight      ncu on one tiny kernel (does it profile here at all?) and `ncu --query-metrics`:
                      every metric the harness asks for checked on this chip, a missing one swapped for
                      an alternative or dropped with a note (the harness gets the list)
-  reprofile_ncu      experiment=reprofile under ncu, one small card per op kind, each report kept
+  reprofile_ncu      experiment=reprofile under ncu, one card per op kind: each baseline re-profiled and
+                     its class against the report's -> the first section of reproduction.md
+  channels_last_ncu  vae_channels_last under ncu on one conv3d card, one trial: a confirmed verdict, and
+                     whether the nchwToNhwc/nhwcToNchw transposes show in the baseline and in the variant
+  aa_timing          an A/A pair through the paired-rounds verdict (8 rounds), CUDA events, SM clock per round
+  reproduction       five cards at scale 1 under the CUDA trace against the report -> reproduction.md
+  side_stream        scripts/gpu_side_stream_check.py: an honest matmul and a side-stream variant, CUDA timer
   stalls_ncu         experiment=stall_breakdown under ncu on one unresolved card: the dominant warp stall
   fixture            the smallest .ncu-rep and its raw-page CSV into $OUT, both parsed back (future fixtures)
-  channels_last_ncu  vae_channels_last under ncu on one conv3d card: do the nchwToNhwc/nhwcToNchw
-                     transposes show in the baseline, and in the channels_last_3d variant?
-  conv_kernels_ncu   vae_conv_kernels under ncu on the same conv card: cuDNN's algorithm choice, the Triton
-                     implicit-GEMM tiles, frame batching; which kernels each trial ran, the card's evidence
-  gpu_tests          the gpu/ncu-marked unit tests (not tests/app): Triton GEMM and cast, CuPy GEMV, SDPA
-  aa_timing          an A/A pair through the paired-rounds verdict with CUDA events, SM clock per round
-  reproduction       a handful of cards re-profiled at scale 1 against the report -> reproduction.md
-                     (under ncu; under the CUDA trace where ncu cannot profile)
-  chunk_trace        vae_decode_chunk and dit_block on their smallest chunk card at the report's scale under
-                     the CUDA trace: verdict, op breakdown per contained report card
-  auto_trace         experiment=auto under the CUDA trace on a few cards, few trials
+  gpu_tests          the gpu- and ncu-marked tests (tests/app: its ncu-marked ones): Triton, CuPy, SDPA, ncu
+  plants             tests/app/test_plants.py on CUDA (HARNESS_PLANTS_DEVICE=cuda), where it supports that
+  conv_kernels_ncu   vae_conv_kernels under ncu on the conv card: cuDNN's kernels and one Triton tile
+  chunk_trace        vae_decode_chunk and dit_block on their smallest chunk card under the CUDA trace
+  auto_trace         experiment=auto under the CUDA trace on three cards, two trials each
   pack               (always) runs.tgz and summary.json
 
-One global deadline (--deadline, 360 s) bounds them all, with a budget per step inside it; a step that
-no longer fits is skipped, so the whole call ends well inside the 10 minutes of one device command.
-Each step runs in its own process group and is killed with everything it started (ncu and its
-target included) when its time is up.
+Budgets. Each step's device budget is built from what it runs (Work: harness starts, ncu trials, traced
+trials, confirm rounds, other seconds) at the costs below; a step is planned while its budget still
+fits one global deadline (--deadline, 420 s) less the pack's reserve, in order of value, so the planned
+budgets add up to at most the deadline. A step that does not fit is not planned: it runs only where the
+planned ones leave it its whole budget (steps skipped, or done early). At run time a step gets its
+budget plus the time the earlier steps saved (at most twice its budget), less what the later planned
+steps still need.
+
+Partial results. Each step runs in its own process group, its output going to its log, and is killed
+with everything it started (ncu and its target included) when its time is up. Every 10 s of a step,
+and when it fails, runs out of time or the check is interrupted, summary.json gets what the step has
+finished: each card whose baseline the harness measured (time, class, the report's), its trials and
+confirmed verdict, read from the run folder's trials/<card>/ files; for pytest, every test finished.
 
 $OUT (default ./gpu_check_out) gets at most 8 files, each under 16 MiB: gpu_check.log, summary.json,
 versions.txt, runs.tgz (every run directory, step log and helper output), reproduction.md, and one small
@@ -41,10 +51,11 @@ fixture_<card>.ncu-rep with its fixture_<card>_raw_page.csv.
 with the reason; the rest really runs: the wheels install as a set (--no-index --no-deps --target) into
 a scratch environment of pyenv's Python 3.12 that stands in for the GPU machine's image (the
 preinstalled packages the wheels need, from the package index, cached), the torch-free modules import
-there; the experiments run on the CPU with this environment (device=cpu profiler=cpu, small scale);
-deadlines and packing as on the device.
+there; the experiments run on the CPU with this environment (device=cpu profiler=cpu, small scale),
+with budgets measured on a 2-core machine; deadlines, partial results and packing as on the device.
 
-Standard library only at import: it runs before anything is installed.
+Standard library only at import (the harness modules it uses, harness.profile.ncu's finder and probe,
+are too): it runs before anything is installed.
 """
 
 from __future__ import annotations
@@ -53,6 +64,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import math
 import os
 import re
 import shlex
@@ -69,14 +81,33 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # harness.profile.ncu (standard library only) before anything is installed
 WHEELS = REPO / ".whl"
-DEFAULT_DEADLINE_S = 360.0
-PACK_RESERVE_S = 20.0
-MIN_STEP_S = 8.0
+DEFAULT_DEADLINE_S = 420.0  # one device command: 7 minutes of the 10 a command may run
+PACK_RESERVE_S = 8  # the last pack (runs.tgz, summary.json), kept back from the deadline
+MIN_STEP_S = 8.0  # a planned step cut this short by earlier overruns is skipped rather than started
+SLACK_FACTOR = 2.0  # a step may run up to this many times its budget on time earlier steps saved
+PROGRESS_EVERY_S = 10.0  # how often a running step's finished work is written into summary.json
+SIDE_TOKEN = "-side"  # appended to the check's token for a process that runs beside a step's commands
 MAX_OUT_FILES = 8
 MAX_FILE_BYTES = 15 * 2**20  # under the 16 MiB a returned file may weigh
 REPORTS_BYTES = 8 * 2**20  # the kept .ncu-rep files that go into runs.tgz
 CACHE = Path(os.environ.get("GPU_CHECK_CACHE", Path.home() / ".cache" / "harness-gpu-check"))
+
+# What the device budgets are built from (an H200 machine, 16 cores; estimates until a device run's
+# summary.json, which records each harness step's phases from run.json, says otherwise).
+# `python -m harness` to its first trial and its exit: torch, Hydra and Optuna imports, the report,
+# and a worker process that imports torch again and makes a CUDA context (15 s on this 2-core machine,
+# where importing torch alone takes 3 s of CPU).
+HARNESS_START_S = 12.0
+# One trial under profiler=ncu: a fresh child that imports torch and rebuilds the workload (8-15 s
+# on the device) and then ncu's replay passes over the measured call's kernels (a few seconds).
+NCU_TRIAL_S = 12.0 + 3.0
+# One trial under the CUDA trace (or the baseline): its timing (timing.budget_s 0.1), one traced call,
+# the correctness check and the baseline's drift re-time, in the worker that is already running.
+TRACE_TRIAL_S = 3.0
+# The paired confirm rounds of one search's best variant (timing.confirm_rounds 3, a quarter budget each).
+CONFIRM_S = 2.0
 
 # Cards (ids of the shipped report).
 PER_OP_KIND = [  # the smallest card of each op kind whose report time is known
@@ -100,6 +131,12 @@ AUTO_CARDS = [
     "output-480-cast-f18982",  # output_cast: Triton vectorized kernel; stall_breakdown
 ]
 TRANSPOSE = re.compile(r"nchwToNhwc|nhwcToNchw")
+# Files other engineers' steps run; each step is skipped, saying so, while its file is missing.
+SIDE_STREAM_SCRIPT = REPO / "scripts" / "gpu_side_stream_check.py"
+PLANTS_TESTS = REPO / "tests" / "app" / "test_plants.py"
+PLANTS_DEVICE_VAR = "HARNESS_PLANTS_DEVICE"
+# A pytest -v line of a finished test: what a killed pytest step still reports.
+PYTEST_LINE = re.compile(r"^(\S+::\S+)\s+(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", re.MULTILINE)
 
 # Import names whose distribution is spelled otherwise (for the import sweep's verdicts).
 DIST_OF_MODULE = {
@@ -110,17 +147,90 @@ DIST_OF_MODULE = {
 
 
 # ---------------------------------------------------------------------------------------------
-# Steps
+# Steps and their budgets
 
 
-@dataclass
+@dataclass(frozen=True)
+class Work:
+    """What a step's device form runs, in the units its budget is counted in."""
+
+    starts: int = 0  # `python -m harness` processes
+    ncu_trials: int = 0  # trials (baselines included) under profiler=ncu
+    trace_trials: int = 0  # trials (baselines included) under the CUDA trace
+    confirms: int = 0  # searches whose best variant gets paired confirm rounds
+    other_s: float = 0.0  # everything else, in seconds ...
+    other: str = ""  # ... and what it is
+
+    def seconds(self) -> float:
+        return (self.starts * HARNESS_START_S + self.ncu_trials * NCU_TRIAL_S + self.trace_trials * TRACE_TRIAL_S
+                + self.confirms * CONFIRM_S + self.other_s)
+
+    def text(self) -> str:
+        parts = [f"{count} {what}{'s' if count > 1 else ''} x {cost:g} s" for count, what, cost in (
+            (self.starts, "harness start", HARNESS_START_S), (self.ncu_trials, "ncu trial", NCU_TRIAL_S),
+            (self.trace_trials, "traced trial", TRACE_TRIAL_S), (self.confirms, "confirmation", CONFIRM_S)) if count]
+        if self.other_s:
+            parts.append(f"{self.other_s:g} s {self.other}")
+        return " + ".join(parts)
+
+
+@dataclass(frozen=True)
 class Step:
     name: str
-    budget_s: float  # on the device
-    cpu_budget_s: float  # its CPU form (dry run); 0: no CPU form
+    work: Work  # the device form's
+    cpu_budget_s: int  # its CPU form (dry run), measured on a 2-core machine; 0: no CPU form
     needs: tuple[str, ...]  # "cuda", "ncu" (the device form), "harness" (the installed wheels)
-    run: Callable[[Check, Step], Outcome]
+    run: Callable[[Check, Step, float], Outcome]  # (check, step, seconds it may take)
     doc: str = ""
+    unmet: Callable[[], str | None] | None = None  # why it cannot run at all (a file it runs is missing)
+
+    @property
+    def budget_s(self) -> int:
+        return math.ceil(self.work.seconds())
+
+    def budget(self, device_form: bool) -> int:
+        return self.budget_s if device_form else self.cpu_budget_s
+
+
+@dataclass(frozen=True)
+class Planned:
+    step: Step
+    budget_s: int  # in the form planned for; 0: no such form
+    planned: bool  # inside the deadline
+
+
+def make_plan(steps: list[Step], device_form: bool, deadline_s: float) -> list[Planned]:
+    """The steps in order of value, each planned while its budget still fits the deadline less the
+    pack's reserve: the planned budgets and the reserve add up to at most the deadline."""
+    room = deadline_s - PACK_RESERVE_S
+    plan = []
+    for step in steps:
+        budget = step.budget(device_form)
+        fits = 0 < budget <= room
+        if fits:
+            room -= budget
+        plan.append(Planned(step, budget, fits))
+    return plan
+
+
+def plan_total_s(plan: list[Planned]) -> int:
+    return sum(p.budget_s for p in plan if p.planned) + PACK_RESERVE_S
+
+
+def plan_lines(plan: list[Planned], device_form: bool, deadline_s: float) -> list[str]:
+    """--plan: a line per step (its budget and what it is made of), the pack's, then the total."""
+    lines = [f"{'step':18} {'budget':>7}  {'device form: what the budget is made of' if device_form else 'CPU form'}"]
+    for entry in plan:
+        if entry.budget_s == 0:
+            lines.append(f"{entry.step.name:18} {'-':>7}  needs CUDA: skipped in this form")
+            continue
+        what = entry.step.work.text() if device_form else "measured on a 2-core machine"
+        if not entry.planned:
+            what = f"not planned: past the deadline; runs only on time the planned steps leave ({what})"
+        lines.append(f"{entry.step.name:18} {entry.budget_s:5d} s  {what}")
+    lines.append(f"{'pack':18} {PACK_RESERVE_S:5d} s  runs.tgz and summary.json, kept back from the deadline")
+    lines.append(f"total {plan_total_s(plan)} s of deadline {deadline_s:g} s")
+    return lines
 
 
 @dataclass
@@ -148,6 +258,8 @@ class Proc:
 
 class Check:
     def __init__(self, args: argparse.Namespace):
+        from harness.profile.ncu.command import find_ncu
+
         self.started = time.monotonic()
         self.deadline = self.started + args.deadline
         self.out = Path(args.out).resolve()
@@ -164,17 +276,20 @@ class Check:
         self.dry_run = args.dry_run
         self.python = os.environ.get("GPU_CHECK_PYTHON") or sys.executable
         self.cuda = False
-        self.ncu = shutil.which("ncu") or (shutil.which("ncu", path=os.environ["NCU_HOME"])
-                                           if os.environ.get("NCU_HOME") else None)
+        self.ncu = find_ncu()  # the harness's own search: PATH, NCU_HOME, /opt/nvidia/nsight-compute/*/
         self.ncu_ok: bool | None = None  # None: not probed
         self.ncu_reason = ""
         self.metrics_file: Path | None = None
         self.installed = False
-        self.step_timeout = 0.0  # the running step's time: its budget, or less near the deadline
+        self.step_timeout = 0.0  # the running step's time: its budget, more on saved time, less near the deadline
         self.current: subprocess.Popen[bytes] | None = None
+        self.step_dirs: list[Path] = []  # the running step's harness run folders (what it has finished)
+        self.progress: Callable[[], None] | None = None  # called every PROGRESS_EVERY_S while a step runs
+        self.record: dict[str, Any] | None = None  # the running step's entry in summary.json
+        self.reproduction: dict[str, str] = {}  # reproduction.md's sections, by the step that wrote each
         self.summary: dict[str, Any] = {
             "tool": "scripts/gpu_check.sh", "argv": sys.argv[1:], "started": _now(), "deadline_s": args.deadline,
-            "mode": "dry-run" if args.dry_run else "device", "steps": [], "out_files": [],
+            "mode": "dry-run" if args.dry_run else "device", "ncu": self.ncu, "steps": [], "out_files": [],
         }
         self._clear_out()
         self.log_file = (self.out / "gpu_check.log").open("a", encoding="utf-8", errors="replace")
@@ -195,6 +310,10 @@ class Check:
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
+
+    @property
+    def device_form(self) -> bool:
+        return self.cuda and not self.dry_run
 
     def write_summary(self) -> None:
         self.summary["seconds"] = round(time.monotonic() - self.started, 1)
@@ -217,45 +336,49 @@ class Check:
 
     def run(self, argv: list[str], timeout: float, log: Path | None = None, env: dict[str, str] | None = None,
             cwd: Path = REPO, echo: bool = False) -> Proc:
-        """Run `argv` in a process group of its own; on `timeout` it dies with everything it started."""
+        """Run `argv` in a process group of its own, its output appended to `log`; on `timeout` it dies
+        with everything it started. The output goes to the file, not a pipe, so that what a killed
+        step printed is there to read, and no process left outside the group can hold the step open."""
         started = time.monotonic()
         self.log_file.write(f"$ {shlex.join(argv)}\n")
         self.log_file.flush()
-        target = (log or self.work / "logs" / "misc.log").open("ab")
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    cwd=cwd, env=env or self.env(), start_new_session=True)
-        except OSError as exc:
-            target.close()
-            return Proc(127, False, 0.0, f"cannot start {argv[0]}: {exc}")
-        self.current = proc
-        timed_out = False
-        try:
-            out, _ = proc.communicate(timeout=max(1.0, timeout))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            self.kill(proc)
-            self.sweep()  # before reading on: a process in a session of its own may hold the pipe
+        target = log or self.work / "logs" / "misc.log"
+        offset = target.stat().st_size if target.exists() else 0
+        with target.open("ab") as sink:
             try:
-                out, _ = proc.communicate(timeout=5)
-            except subprocess.TimeoutExpired:
-                if proc.stdout is not None:
-                    proc.stdout.close()
-                proc.wait()
-                out = b"[output lost: a process outside the step kept its pipe open]\n"
-        finally:
-            self.current = None
-            self.sweep()
-        text = out.decode("utf-8", errors="replace")
-        target.write(out)
-        target.close()
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+                                        cwd=cwd, env=env or self.env(), start_new_session=True)
+            except OSError as exc:
+                return Proc(127, False, 0.0, f"cannot start {argv[0]}: {exc}")
+            self.current = proc
+            timed_out = False
+            end = started + max(1.0, timeout)
+            try:
+                while True:
+                    try:
+                        proc.wait(timeout=max(0.0, min(PROGRESS_EVERY_S, end - time.monotonic())))
+                        break
+                    except subprocess.TimeoutExpired:
+                        if time.monotonic() >= end:
+                            timed_out = True
+                            self.kill(proc)
+                            break
+                        if self.progress is not None:
+                            self.progress()
+            finally:
+                self.current = None
+                self.sweep()
+        with target.open("rb") as written:
+            written.seek(offset)
+            text = written.read().decode("utf-8", errors="replace")
         self.log_file.write(text if len(text) < 200_000 else text[:100_000] + "\n[...]\n" + text[-100_000:])
         if echo:
             print(text, end="", flush=True)
         self.log_file.write(f"# exit {proc.returncode}{' (timed out)' if timed_out else ''} after "
                             f"{time.monotonic() - started:.1f} s\n")
         self.log_file.flush()
-        return Proc(proc.returncode, timed_out, time.monotonic() - started, text)
+        returncode = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+        return Proc(returncode, timed_out, time.monotonic() - started, text)
 
     def kill(self, proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -266,16 +389,20 @@ class Check:
             pass
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # one stuck in the driver is left to the sweep
+            proc.wait(timeout=10)
 
-    def sweep(self) -> None:
-        """SIGKILL every process still carrying this check's token (one that left the step's group)."""
+    def sweep(self, side_too: bool = False) -> None:
+        """SIGKILL every process still carrying this check's token (one that left the step's group);
+        `side_too`: also those of a step's side process (SIDE_TOKEN), which outlive the commands beside it."""
         needle = f"GPU_CHECK_TOKEN={self.token}".encode()
         for entry in Path("/proc").glob("[0-9]*"):
             pid = int(entry.name)
             if pid == os.getpid():
                 continue
             try:
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found = [v for v in (entry / "environ").read_bytes().split(b"\0") if v.startswith(needle)]
+                if needle in found or (side_too and found):
                     os.kill(pid, signal.SIGKILL)
             except (OSError, ValueError):
                 continue
@@ -284,6 +411,7 @@ class Check:
 
     def harness_run(self, step: Step, name: str, overrides: list[str], timeout: float) -> tuple[Proc, Path]:
         run_dir = self.work / "runs" / name
+        self.step_dirs.append(run_dir)
         argv = [self.python, "-m", "harness", f"hydra.run.dir={run_dir}", *overrides]
         return self.run(argv, timeout, log=self.work / "logs" / f"{step.name}.log"), run_dir
 
@@ -347,22 +475,129 @@ def _kernel_names(card: dict[str, Any]) -> list[str]:
 
 
 def _short(card_id: str) -> str:
-    return card_id.rsplit("-", 1)[-1] if re.search(r"-[0-9a-f]{6}$", card_id) else card_id
+    """The card id's hash (`...-842ecd` -> 842ecd); a sub-run's prefix (`auto/sub/...`) is kept."""
+    head, _, card = card_id.rpartition("/")
+    short = card.rsplit("-", 1)[-1] if re.search(r"-[0-9a-f]{6}$", card) else card
+    return f"{head}/{short}" if head else short
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# What a step has finished, read back from its run folders or its log (also when it was killed)
+
+
+def _per_call_us(card: dict[str, Any]) -> float | None:
+    """The harness's time per original call (a batched variant's median over its calls)."""
+    variant = card.get("variant") or {}
+    if variant.get("per_call_us") is not None:
+        return float(variant["per_call_us"])
+    median = (card.get("timing") or {}).get("median_us")
+    return float(median) / int(variant.get("calls") or 1) if median is not None else None
+
+
+def scan_run(run_dir: Path) -> dict[str, Any]:
+    """Every card of a harness run folder whose baseline was measured, from the files the worker writes
+    as it goes (trials/<card>/baseline.json, trial_*.json, tried.json after the confirm rounds);
+    `done` when the run wrote its diff.json. A sub-run's cards (experiment=auto) are `sub/card`."""
+    cards: dict[str, dict[str, Any]] = {}
+    for trials in [*run_dir.glob("trials"), *sorted(run_dir.glob("*/trials"))]:
+        prefix = "" if trials.parent == run_dir else f"{trials.parent.name}/"
+        for folder in sorted(p for p in trials.iterdir() if p.is_dir()):
+            base = next(iter(_cards(folder / "baseline.json")), None)
+            if base is None:  # its baseline is not measured yet
+                continue
+            report = base.get("report_card") or {}
+            entry: dict[str, Any] = {
+                "here_us": _per_call_us(base), "report_us": report.get("summed_kernel_us"),
+                "class": base.get("primary"), "report_class": report.get("primary"),
+                "source": base.get("metrics_source"), "kernels": len(base.get("kernels") or []),
+                "trials": {path.stem[len("trial_"):]: _per_call_us(card) for path in sorted(folder.glob("trial_*.json"))
+                           for card in _cards(path)[:1]},
+            }
+            tried = next(iter(_cards(folder / "tried.json")), None)
+            if tried is not None:
+                confirmation = tried.get("confirmation") or {}
+                entry["verdict"] = {"variant": (tried.get("harness") or {}).get("variant"),
+                                    "verdict": confirmation.get("verdict"), "speedup": confirmation.get("speedup")}
+            cards[prefix + folder.name] = entry
+    return {"done": (run_dir / "diff.json").exists(), "cards": cards}
+
+
+def finished_text(runs: dict[str, dict[str, Any]]) -> str:
+    """One line over scan_run's findings: each finished card's time, class and the report's."""
+    parts = []
+    for run in runs.values():
+        for card, entry in run["cards"].items():
+            text = _short(card)
+            here, report = entry["here_us"], entry["report_us"]
+            if here is not None:
+                text += f" {here:.1f} us" + (f" ({here / report:.2f}x report)" if report else "")
+            text += f", {entry['class']} (report {entry['report_class']})"
+            if entry["trials"]:
+                text += f", {len(entry['trials'])} trial(s)"
+            verdict = entry.get("verdict")
+            if verdict:
+                speedup = f"{verdict['speedup']:.2f}x " if verdict.get("speedup") else ""
+                text += f", {verdict['variant']} {speedup}{verdict['verdict']}"
+            parts.append(text)
+    return f"{len(parts)} card(s) finished: " + "; ".join(parts) if parts else "no card finished"
+
+
+def pytest_progress(text: str) -> dict[str, Any]:
+    """The tests a pytest -v run has finished, counted by outcome, the failed ones named."""
+    counts: dict[str, int] = {}
+    failed = []
+    for node, status in PYTEST_LINE.findall(text):
+        counts[status.lower()] = counts.get(status.lower(), 0) + 1
+        if status in ("FAILED", "ERROR"):
+            failed.append(node)
+    return {"counts": counts, "failed": failed[:10]} if counts else {}
+
+
+def salvage(check: Check, step: Step) -> tuple[str, dict[str, Any]]:
+    """What the running (or just stopped) step has finished: its harness runs' cards, else the tests
+    its pytest finished; ("", {}) when it keeps neither."""
+    if check.step_dirs:
+        runs = {d.name: scan_run(d) for d in check.step_dirs if d.is_dir()}
+        return finished_text(runs), {"runs": runs}
+    log = check.work / "logs" / f"{step.name}.log"
+    tests = pytest_progress(log.read_text(errors="replace")) if log.exists() else {}
+    if tests:
+        counts = ", ".join(f"{n} {status}" for status, n in tests["counts"].items())
+        return f"tests finished: {counts}" + (f" ({', '.join(tests['failed'][:3])})" if tests["failed"] else ""), {
+            "tests": tests}
+    return "", {}
+
+
+def _phases(run_json: Path) -> dict[str, Any]:
+    phases = (_read_json(run_json) or {}).get("phases") or {}
+    return {k: round(v, 1) if isinstance(v, float) else v for k, v in phases.items()}
+
+
+def run_phases(run_dir: Path) -> dict[str, Any]:
+    """A finished harness run's own account of its time (run.json): what the budgets' costs are checked
+    against (worker start, profiling, set-up and measurement seconds); experiment=auto's per sub-run."""
+    return _phases(run_dir / "run.json") or {sub.name: found for sub in sorted(run_dir.glob("*/"))
+                                             if (found := _phases(sub / "run.json"))}
 
 
 # ---------------------------------------------------------------------------------------------
 # machine
 
 
-def step_machine(check: Check, step: Step) -> Outcome:
+def step_machine(check: Check, step: Step, timeout: float) -> Outcome:
+    end = time.monotonic() + timeout
     lines = [f"# gpu_check {check.summary['mode']} {_now()}", f"repo: {REPO}"]
     numbers: dict[str, Any] = {}
 
-    def capture(title: str, argv: list[str], timeout: float = 15) -> str:
+    def capture(title: str, argv: list[str]) -> str:
         if shutil.which(argv[0]) is None and not os.path.exists(argv[0]):
             lines.extend([f"\n## {title}", f"({argv[0]} not found)"])
             return ""
-        proc = check.run(argv, timeout, env=check.env(harness=False))
+        proc = check.run(argv, min(15.0, max(2.0, end - time.monotonic())), env=check.env(harness=False))
         lines.extend([f"\n## {title}: {shlex.join(argv)}", proc.output.rstrip()])
         return proc.output if proc.returncode == 0 else ""
 
@@ -395,7 +630,8 @@ def step_machine(check: Check, step: Step) -> Outcome:
         "    out['torch_error'] = repr(exc)\n"
         "print('PROBE ' + json.dumps(out))\n"
     )
-    proc = check.run([check.python, "-c", probe], 60, env=check.env(harness=False))
+    # The probe decides the mode of every later step: it gets its minute even past the step's budget.
+    proc = check.run([check.python, "-c", probe], max(60.0, end - time.monotonic()), env=check.env(harness=False))
     found = next((ln[6:] for ln in proc.output.splitlines() if ln.startswith("PROBE ")), None)
     info = json.loads(found) if found else {}
     lines.extend(["\n## python (the harness's interpreter)", json.dumps(info, indent=1)])
@@ -408,6 +644,7 @@ def step_machine(check: Check, step: Step) -> Outcome:
         check.dry_run = True
         check.summary["mode"] = "dry-run (no CUDA)"
     numbers.update({k: info.get(k) for k in ("device", "torch", "torch_cuda", "triton", "cupy", "python", "sm_count")})
+    numbers["ncu"] = check.ncu
     clocks = [ln for ln in query.splitlines()[1:] if ln.strip()]
     if clocks:
         numbers["nvidia_smi"] = clocks[0]
@@ -594,75 +831,30 @@ def helper_import_sweep() -> int:
 # ncu preflight and fixture
 
 
-# One tiny kernel through the CUDA driver API (ctypes, PTX JIT-compiled): starts in a fraction of a
-# second, where importing torch would take most of the preflight's 10 s; torch where libcuda won't load.
-TINY = r'''
-import ctypes, sys
-PTX = b"""
-.version 7.0
-.target sm_50
-.address_size 64
-.visible .entry tiny(.param .u64 p_out)
-{
-    .reg .b32 %r<2>;
-    .reg .b64 %rd<3>;
-    ld.param.u64 %rd1, [p_out];
-    cvta.to.global.u64 %rd2, %rd1;
-    mov.u32 %r1, 42;
-    st.global.u32 [%rd2], %r1;
-    ret;
-}
-"""
-def driver():
-    cuda = ctypes.CDLL("libcuda.so.1")
-    def ok(code, what):
-        if code != 0:
-            raise RuntimeError(f"{what} returned CUDA error {code}")
-    ok(cuda.cuInit(0), "cuInit")
-    dev, ctx, mod, fn = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
-    ok(cuda.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
-    ok(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
-    ok(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-    ok(cuda.cuModuleLoadData(ctypes.byref(mod), ctypes.c_char_p(PTX)), "cuModuleLoadData")
-    ok(cuda.cuModuleGetFunction(ctypes.byref(fn), mod, b"tiny"), "cuModuleGetFunction")
-    ptr = ctypes.c_uint64()
-    ok(cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(4)), "cuMemAlloc")
-    params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(ptr), ctypes.c_void_p))
-    ok(cuda.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, None, params, None), "cuLaunchKernel")
-    ok(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
-    host = ctypes.c_uint32()
-    ok(cuda.cuMemcpyDtoH_v2(ctypes.byref(host), ptr, ctypes.c_size_t(4)), "cuMemcpyDtoH")
-    return host.value
-try:
-    print("tiny kernel (driver API) wrote", driver())
-except Exception as exc:
-    print("driver API path failed:", exc, "- trying torch", file=sys.stderr)
-    import torch
-    x = torch.ones(4096, device="cuda")
-    print("tiny kernel (torch) wrote", float((x * 2).sum()))
-'''
-
-
 def step_ncu_preflight(check: Check, step: Step, timeout: float) -> Outcome:
-    sys.path.insert(0, str(REPO))
     from harness.profile.ncu.failures import detect
     from harness.profile.ncu.metrics import (
+        SENTINEL_METRIC,
         metrics_for,
         parse_query_metrics,
         resolve_metrics,
     )
+    from harness.profile.ncu.parse import NcuParseError, parse_text
+    from harness.profile.ncu.probe import probe_command
 
-    tiny = check.work / "tiny_kernel.py"
-    tiny.write_text(TINY)
+    assert check.ncu is not None  # skip_reason skips this step without one
     query_out = check.work / "logs" / "ncu_query_metrics.txt"
     env = check.env(harness=False)
-    # The metric list in the background while the tiny kernel is profiled: both inside the budget.
+    # The metric list in the background while the tiny kernel is profiled: both inside the budget. The
+    # tiny kernel is profiler=auto's own probe (a PTX kernel through the driver API: no torch import).
+    # The query carries a side token: the sweep after the tiny kernel's run must leave it running.
+    side_env = {**env, "GPU_CHECK_TOKEN": f"{check.token}{SIDE_TOKEN}"}
     with query_out.open("wb") as sink:
         query = subprocess.Popen([check.ncu, "--query-metrics", "--query-metrics-mode", "all"], stdout=sink,
-                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=side_env,
+                                 start_new_session=True)
         try:
-            tiny_run = check.run([check.ncu, "--metrics", "gpu__time_duration.sum", "--clock-control", "none",
-                                  "--csv", "--page", "raw", "-c", "1", check.python, str(tiny)], timeout,
+            tiny_run = check.run(probe_command(check.ncu, check.python), timeout,
                                  log=check.work / "logs" / f"{step.name}.log", env=env)
             try:
                 query.wait(timeout=max(1.0, timeout - tiny_run.seconds))
@@ -671,9 +863,15 @@ def step_ncu_preflight(check: Check, step: Step, timeout: float) -> Outcome:
         finally:
             if query.poll() is None:
                 check.kill(query)
+            check.sweep(side_too=True)
     numbers: dict[str, Any] = {"profile_seconds": round(tiny_run.seconds, 1), "query_exit": query.returncode}
     failure = detect(tiny_run.output, tiny_run.returncode)
-    profiled = not tiny_run.timed_out and failure is None and "gpu__time_duration" in tiny_run.output
+    try:
+        records = parse_text(tiny_run.output) if failure is None and not tiny_run.timed_out else []
+    except NcuParseError:
+        records = []
+    # As harness.profile.ncu.probe judges it: profiled means a number for the sentinel metric.
+    profiled = any(isinstance((r.value(SENTINEL_METRIC) or (None, None))[1], float) for r in records)
     # A list from a query that failed or was killed may be cut short: only an exit 0 answer is used.
     query_ok = query.returncode == 0 and query_out.exists()
     names = parse_query_metrics(query_out.read_text(errors="replace")) if query_ok else set()
@@ -707,7 +905,7 @@ def step_ncu_preflight(check: Check, step: Step, timeout: float) -> Outcome:
     if failure is not None:
         check.ncu_reason = f"{failure.code}: {failure}"
     else:
-        check.ncu_reason = f"ncu exit {tiny_run.returncode}: {_error_line(tiny_run.output)}"
+        check.ncu_reason = f"ncu exit {tiny_run.returncode}, no {SENTINEL_METRIC} recorded: {_error_line(tiny_run.output)}"
     numbers["reason"] = check.ncu_reason
     return Outcome("failed", f"ncu cannot profile here ({check.ncu_reason}); the ncu steps are skipped; {listed}",
                    numbers)
@@ -726,7 +924,6 @@ def step_fixture(check: Check, step: Step, timeout: float) -> Outcome:
     target = check.out / f"{stem}.ncu-rep"
     shutil.copyfile(report, target)
     csv_path = check.out / f"{stem}_raw_page.csv"
-    sys.path.insert(0, str(REPO))
     from harness.profile.ncu.command import export_command
 
     proc = check.run(export_command(report, ncu=check.ncu), timeout / 2, log=check.work / "logs" / f"{step.name}.log",
@@ -745,7 +942,6 @@ def step_fixture(check: Check, step: Step, timeout: float) -> Outcome:
 
 
 def helper_parse_fixture(report: str, csv_path: str) -> int:
-    sys.path.insert(0, str(REPO))
     from harness.profile.ncu.importer import read_records
     from harness.profile.ncu.metrics import STALL_METRIC
     from harness.profile.ncu.parse import counter_metrics, report_metrics
@@ -773,40 +969,65 @@ def helper_parse_fixture(report: str, csv_path: str) -> int:
     return 0
 
 
+
+
 # ---------------------------------------------------------------------------------------------
 # Experiments
 
 
 def _reprofile_headline(run_dir: Path) -> tuple[str, dict[str, Any]]:
+    """Each card's time here against the report's, and its class here against the report's."""
     diff = _read_json(run_dir / "diff.json") or {}
     sources = {c.get("id") or c.get("card"): c.get("metrics_source") for c in _cards(run_dir / "baseline.json")}
     parts, numbers = [], {}
     for row in diff.get("cards") or []:
         card, before, after = row.get("card"), row.get("before_us"), row.get("after_us")
         ratio = after / before if before and after else None
-        numbers[card] = {"report_us": before, "here_us": after, "kernels_added": row.get("kernels_added"),
-                         "kernels_removed": row.get("kernels_removed"), "source": sources.get(card)}
-        parts.append(f"{_short(card)} {after:.1f} us" + (f" ({ratio:.2f}x report)" if ratio else "")
-                     if after is not None else f"{_short(card)} n/a")
+        numbers[card] = {"report_us": before, "here_us": after, "report_class": row.get("class_before"),
+                         "class": row.get("class_after"), "class_source": row.get("class_source"),
+                         "kernels_added": row.get("kernels_added"), "kernels_removed": row.get("kernels_removed"),
+                         "source": sources.get(card)}
+        text = (f"{_short(card)} {after:.1f} us" + (f" ({ratio:.2f}x report)" if ratio else "")
+                if after is not None else f"{_short(card)} n/a")
+        parts.append(f"{text}, {row.get('class_after')} (report {row.get('class_before')})")
     measured = sum(1 for v in numbers.values() if v["here_us"] is not None)
     source = ", ".join(sorted({str(s) for s in sources.values()}))
     return f"{measured}/{len(numbers)} cards measured ({source}): " + "; ".join(parts), numbers
 
 
+def _refusals(run_dir: Path) -> str:
+    """Why a run's trials were skipped, infeasible or failed (diff.json's `refused`), in one line."""
+    refused = (_read_json(run_dir / "diff.json") or {}).get("refused") or {}
+    return "; ".join(f"{variant}: {kind}: {str(why)[:120]}" for lists in refused.values()
+                     for kind, entries in lists.items() for variant, why in entries.items())
+
+
 def _experiment(check: Check, step: Step, timeout: float, name: str, overrides: list[str], keep: str | None) -> tuple[Proc, Path]:
-    device_form = check.cuda and not check.dry_run
-    args = [*check.common(device_form), *overrides]
-    if device_form and keep:
+    args = [*check.common(check.device_form), *overrides]
+    if check.device_form and keep:
         args += check.ncu_overrides(step, keep, timeout)
     return check.harness_run(step, name, args, timeout)
 
 
+def _add_reproduction(check: Check, key: str, title: str, run_dir: Path) -> None:
+    """A section of reproduction.md from a run's baseline_reproduction.md (the file is rewritten whole,
+    so it holds every section written so far even if a later step never runs)."""
+    table = run_dir / "baseline_reproduction.md"
+    if not table.exists():
+        raise StepFailed("the run wrote no baseline_reproduction.md")
+    check.reproduction[key] = f"<!-- {title} -->\n\n{table.read_text(encoding='utf-8')}"
+    header = f"<!-- scripts/gpu_check.sh {check.summary['mode']} {_now()} -->\n\n"
+    (check.out / "reproduction.md").write_text(header + "\n\n".join(check.reproduction.values()), encoding="utf-8")
+
+
 def step_reprofile_ncu(check: Check, step: Step, timeout: float) -> Outcome:
-    scale = ["workload.scale=1.0"] if check.cuda and not check.dry_run else []
+    scale = ["workload.scale=1.0"] if check.device_form else []
     proc, run_dir = _experiment(check, step, timeout, "reprofile_ncu",
                                 ["experiment=reprofile", f"cards=[{','.join(PER_OP_KIND)}]", *scale], "reprofile")
     _ok_or_fail(proc, "experiment=reprofile")
     result, numbers = _reprofile_headline(run_dir)
+    how = "ncu at scale 1" if check.device_form else "the CPU stand-in (device=cpu profiler=cpu, scale 0.1)"
+    _add_reproduction(check, step.name, f"{step.name}: one card per op kind re-profiled with {how}", run_dir)
     reports = list((check.work / "ncu_reports" / "reprofile").rglob("*.ncu-rep"))
     numbers["ncu_reports"] = len(reports)
     if reports:
@@ -833,9 +1054,10 @@ def step_stalls_ncu(check: Check, step: Step, timeout: float) -> Outcome:
 
 
 def step_channels_last_ncu(check: Check, step: Step, timeout: float) -> Outcome:
+    """One confirmed verdict (channels_last_3d against the baseline, paired rounds) and the transposes."""
     overrides = ["experiment=vae_channels_last", f"cards=[{CONV_WITH_TRANSPOSES}]", "search.n_trials=1",
                  "~experiment.space.channels_last_input", "~experiment.space.channels_last_weight"]
-    if check.cuda and not check.dry_run:
+    if check.device_form:
         overrides.append("workload.scale=1.0")  # the report's shape: does cuDNN transpose it?
     proc, run_dir = _experiment(check, step, timeout, "channels_last_ncu", overrides, "channels_last")
     _ok_or_fail(proc, "experiment=vae_channels_last")
@@ -863,20 +1085,28 @@ def step_channels_last_ncu(check: Check, step: Step, timeout: float) -> Outcome:
         count(after) if variant else "not measured")
     if diff.get("speedup"):
         text += f"; {diff['speedup']:.2f}x {diff.get('timing_verdict')}, check {diff.get('verdict')}"
+    else:
+        refused = _refusals(run_dir)
+        text += f"; no verdict{': ' + refused if refused else ''}"
     return Outcome("ok", text, numbers)
 
 
 def step_conv_kernels_ncu(check: Check, step: Step, timeout: float) -> Outcome:
-    """vae_conv_kernels under ncu on the conv card with transposes: cuDNN's algorithm choice and the Triton
-    implicit-GEMM tiles (on the device), which kernels each ran, and the card's evidence (waves, padding)."""
-    overrides = ["experiment=vae_conv_kernels", f"cards=[{CONV_WITH_TRANSPOSES}]", "search.n_trials=4"]
-    if check.cuda and not check.dry_run:
-        overrides.append("workload.scale=1.0")
+    """vae_conv_kernels under ncu on the conv card with transposes: cuDNN's kernels (the baseline) and the
+    Triton implicit-GEMM conv at its default tile (one trial, the experiment's own default: a searched tile
+    would need one ncu child per tile), which kernels each ran, and the card's evidence (waves, padding)."""
+    if check.device_form:
+        overrides = ["experiment=vae_conv_kernels", f"cards=[{CONV_WITH_TRANSPOSES}]", "search.n_trials=1",
+                     "~experiment.space", "+experiment.space={triton_implicit_gemm: {}}", "workload.scale=1.0"]
+    else:  # the CPU's own variants (the Triton and cuDNN ones need CUDA)
+        overrides = ["experiment=vae_conv_kernels", f"cards=[{CONV_WITH_TRANSPOSES}]", "search.n_trials=2"]
     proc, run_dir = _experiment(check, step, timeout, "conv_kernels_ncu", overrides, "conv_kernels")
     _ok_or_fail(proc, "experiment=vae_conv_kernels")
-    tried: dict[str, dict[str, Any]] = {}
-    for trial in sorted((run_dir / "trials").glob("*/trial_*.json")):
-        variant = re.sub(r"^trial_\d+_", "", trial.stem)
+    tried: dict[str, dict[str, Any]] = {"baseline": {}}
+    for trial in sorted((run_dir / "trials").glob("*/*.json")):
+        if trial.name != "baseline.json" and not trial.name.startswith("trial_"):
+            continue
+        variant = "baseline" if trial.name == "baseline.json" else re.sub(r"^trial_\d+_", "", trial.stem)
         names = [n for c in _cards(trial) for n in _kernel_names(c)]
         tried[variant] = {"kernels": sorted({n[:80] for n in names})[:4],
                           "transposes": sum(bool(TRANSPOSE.search(n)) for n in names)}
@@ -884,28 +1114,111 @@ def step_conv_kernels_ncu(check: Check, step: Step, timeout: float) -> Outcome:
     best = _cards(run_dir / "tried.json")
     numbers = {"trials": tried, "speedup": diff.get("speedup"), "timing_verdict": diff.get("timing_verdict"),
                "variant": (diff.get("variant") or {}).get("label"), "conv_evidence": (best[0].get("conv") if best else None)}
-    text = f"{len(tried)} trials ({', '.join(tried) or 'none'})"
+    text = "; ".join(f"{variant}: {', '.join(found['kernels']) or 'no kernels'}" for variant, found in tried.items())
     if diff.get("speedup"):
-        text += f"; best {numbers['variant']} {diff['speedup']:.2f}x {diff.get('timing_verdict')}"
+        text += f"; {numbers['variant']} {diff['speedup']:.2f}x {diff.get('timing_verdict')}"
+    else:
+        refused = _refusals(run_dir)
+        text += f"; no verdict{': ' + refused if refused else ''}"
     return Outcome("ok", text, numbers)
 
 
+def _unit_test_paths() -> list[str]:
+    """tests/ less tests/app, as paths: `--ignore=tests/app` would also drop the app tests named below."""
+    entries = sorted((REPO / "tests").iterdir())
+    return [_rel(p) for p in entries if (p.is_dir() and p.name not in ("app", "__pycache__"))
+            or (p.suffix == ".py" and p.name.startswith("test_"))]
+
+
+def _ncu_marked_app_tests() -> list[str]:
+    """The ncu-marked tests of tests/app as node ids, read from the source: tests/app's other tests run
+    whole experiments on the CPU (CI's business), so the app modules are not collected whole."""
+    found = []
+    for path in sorted((REPO / "tests" / "app").glob("test_*.py")):
+        for name in re.findall(r"@pytest\.mark\.ncu\s*\n(?:\s*@.*\n)*\s*def (test_\w+)", path.read_text()):
+            found.append(f"{_rel(path)}::{name}")
+    return found
+
+
 def step_gpu_tests(check: Check, step: Step, timeout: float) -> Outcome:
-    argv = [check.python, "-m", "pytest", "-q", "-m", "gpu or ncu", "tests", "--ignore=tests/app",
+    marks, note = "gpu or ncu", ""
+    if check.ncu_ok is False:  # they would fail on the reason the preflight already named
+        marks, note = "gpu and not ncu", f"; the ncu-marked tests left out: {check.ncu_reason}"
+    argv = [check.python, "-m", "pytest", "-v", "-m", marks, *_unit_test_paths(), *_ncu_marked_app_tests(),
             "-p", "no:cacheprovider", "-o", "addopts=-ra"]
-    proc = check.run(argv, timeout, log=check.work / "logs" / f"{step.name}.log")
+    env = check.env()
+    if check.ncu:  # tests/conftest.py looks for ncu on PATH only; the check also finds it under /opt
+        env["PATH"] = os.pathsep.join([os.path.dirname(check.ncu), env.get("PATH", "")])
+    proc = check.run(argv, timeout, log=check.work / "logs" / f"{step.name}.log", env=env)
     line = _last_line(proc.output, r"passed|failed|error|skipped|no tests ran")
     counts = {key: int(n) for n, key in re.findall(r"(\d+) (passed|failed|skipped|error|errors|deselected)", line)}
     if proc.timed_out:
-        return Outcome("timeout", f"pytest killed at {timeout:.0f} s; last: {line}", counts)
+        raise StepFailed(f"pytest killed at {timeout:.0f} s{note}", "timeout", counts)
     status = "ok" if proc.returncode == 0 else "failed"
     failed = [ln.strip() for ln in proc.output.splitlines() if ln.startswith(("FAILED", "ERROR"))][:5]
-    return Outcome(status, line + (("; " + "; ".join(failed)) if failed else ""), {**counts, "failed": failed})
+    return Outcome(status, line + note + (("; " + "; ".join(failed)) if failed else ""), {**counts, "failed": failed})
+
+
+def plants_unmet() -> str | None:
+    if not PLANTS_TESTS.is_file():
+        return f"{_rel(PLANTS_TESTS)} missing"
+    if PLANTS_DEVICE_VAR not in PLANTS_TESTS.read_text(errors="replace"):
+        return f"{_rel(PLANTS_TESTS)} does not read {PLANTS_DEVICE_VAR}: it runs on the CPU only (CI runs it there)"
+    return None
+
+
+def step_plants(check: Check, step: Step, timeout: float) -> Outcome:
+    """The adversarial suite on CUDA: every planted mistake refused with its own reason, the honest twins
+    kept. -v so that a killed run still says which plants it finished."""
+    argv = [check.python, "-m", "pytest", "-v", _rel(PLANTS_TESTS), "-p", "no:cacheprovider", "-o", "addopts=-ra"]
+    proc = check.run(argv, timeout, log=check.work / "logs" / f"{step.name}.log",
+                     env=check.env(**{PLANTS_DEVICE_VAR: "cuda"}))
+    line = _last_line(proc.output, r"passed|failed|error|skipped|no tests ran")
+    numbers = pytest_progress(proc.output)
+    if proc.timed_out:
+        raise StepFailed(f"pytest killed at {timeout:.0f} s", "timeout", numbers)
+    failed = numbers.get("failed") or []
+    return Outcome("ok" if proc.returncode == 0 else "failed",
+                   line + (("; " + "; ".join(failed[:3])) if failed else ""), numbers)
+
+
+def side_stream_unmet() -> str | None:
+    return None if SIDE_STREAM_SCRIPT.is_file() else f"{_rel(SIDE_STREAM_SCRIPT)} missing"
+
+
+def _timing_text(name: str, facts: Any) -> str:
+    """One timing of the side-stream script: its events' and the synchronised clock's time per call."""
+    if not isinstance(facts, dict):
+        return f"{name}: no timing"
+    times = ", ".join(f"{label} {facts[key]:.1f} us" for label, key in (("events", "event_us"),
+                                                                       ("synchronised", "synced_us"))
+                      if isinstance(facts.get(key), (int, float)))
+    return f"{name}: {times or 'no times'}, {'flagged' if facts.get('flagged') else 'not flagged'}"
+
+
+def step_side_stream(check: Check, step: Step, timeout: float) -> Outcome:
+    """An honest matmul and a variant that works on a side stream, both timed by the CUDA timer: the
+    script exits 0 when the side-stream one is flagged (and the honest one not), and prints its
+    findings as one JSON line."""
+    proc = check.run([check.python, str(SIDE_STREAM_SCRIPT)], timeout, log=check.work / "logs" / f"{step.name}.log")
+    found = _json_tail(proc.output)
+    numbers = found if isinstance(found, dict) else {}
+    if proc.timed_out:
+        raise StepFailed(f"{_rel(SIDE_STREAM_SCRIPT)}: killed at its time limit ({proc.seconds:.0f} s)", "timeout",
+                         numbers)
+    if numbers.get("status") == "skipped":
+        return Outcome("skipped", f"{_rel(SIDE_STREAM_SCRIPT)}: {numbers.get('reason')}", numbers)
+    said = ("; ".join(_timing_text(name, numbers.get(name)) for name in ("honest", "side_stream"))
+            if numbers else _error_line(proc.output))
+    if proc.returncode == 0:
+        return Outcome("ok", f"the side-stream variant is flagged: {said}", numbers)
+    return Outcome("failed", f"exit {proc.returncode} (0: the side-stream variant flagged, the honest one not): "
+                             f"{said}", numbers)
 
 
 def step_aa_timing(check: Check, step: Step, timeout: float) -> Outcome:
     out = check.work / "runs" / "aa_timing.json"
-    args = ["--rounds", "8", "--budget-s", "0.1"] if check.cuda and not check.dry_run else [
+    args = ["--rounds", "8", "--budget-s", "0.1"] if check.device_form else [
         "--device", "cpu", "--rounds", "6", "--budget-s", "0.05"]
     proc = check.run([check.python, str(REPO / "scripts" / "gpu_aa_timing.py"), *args, "--out", str(out)], timeout,
                      log=check.work / "logs" / f"{step.name}.log")
@@ -923,25 +1236,17 @@ def step_aa_timing(check: Check, step: Step, timeout: float) -> Outcome:
 
 
 def step_reproduction(check: Check, step: Step, timeout: float) -> Outcome:
-    device_form = check.cuda and not check.dry_run
+    """The cards that carry the report's time, at scale 1 under the CUDA trace: one harness run with no
+    ncu child per card (reprofile_ncu's section gives ncu's classes, one card per op kind)."""
     overrides = ["experiment=reprofile", f"cards=[{','.join(REPRODUCTION)}]"]
-    how = "CPU stand-in (device=cpu profiler=cpu, scale 0.1): not comparable with the report"
-    keep = None
-    if device_form:
-        overrides.append("workload.scale=1.0")
-        if check.ncu_ok:
-            keep, how = "reproduction", "ncu at scale 1"
-        else:
-            overrides.append("profiler=torch_cuda")
-            how = f"the CUDA trace at scale 1 (ncu: {check.ncu_reason or 'not probed'})"
-    proc, run_dir = _experiment(check, step, timeout, "reproduction", overrides, keep)
+    if check.device_form:
+        overrides += ["workload.scale=1.0", "profiler=torch_cuda"]
+        how = "the CUDA trace at scale 1"
+    else:
+        how = "the CPU stand-in (device=cpu profiler=cpu, scale 0.1): not comparable with the report"
+    proc, run_dir = _experiment(check, step, timeout, "reproduction", overrides, None)
     _ok_or_fail(proc, "experiment=reprofile (reproduction)")
-    table = run_dir / "baseline_reproduction.md"
-    if not table.exists():
-        raise StepFailed("the run wrote no baseline_reproduction.md")
-    header = (f"<!-- scripts/gpu_check.sh {check.summary['mode']} {_now()}: {len(REPRODUCTION)} cards re-profiled "
-              f"with {how} -->\n\n")
-    (check.out / "reproduction.md").write_text(header + table.read_text(encoding="utf-8"), encoding="utf-8")
+    _add_reproduction(check, step.name, f"{step.name}: {len(REPRODUCTION)} cards re-profiled with {how}", run_dir)
     result, numbers = _reprofile_headline(run_dir)
     return Outcome("ok", f"{how}: {result}", numbers)
 
@@ -954,20 +1259,20 @@ CPU_CHUNK_FORM = {"vae_decode_chunk": ["workload.scale=0.04", "~experiment.space
 
 
 def step_chunk_trace(check: Check, step: Step, timeout: float) -> Outcome:
-    """Each chunk experiment on its smallest chunk card under the CUDA trace at the report's scale: the
-    chunk's verdict and its op breakdown per contained report card."""
-    device_form = check.cuda and not check.dry_run
+    """Each chunk experiment on its smallest chunk card under the CUDA trace at the report's scale, one
+    trial each: the chunk's verdict and its op breakdown per contained report card."""
+    device_form = check.device_form
     parts, numbers = [], {}
     names = [n for n in CHUNK_EXPERIMENTS if (REPO / "conf" / "experiment" / f"{n}.yaml").exists()
              and (device_form or n in CPU_CHUNK_FORM)]
     if not names:
         raise StepFailed("no chunk experiment config in conf/experiment")
+    end = time.monotonic() + timeout
     for index, name in enumerate(names):
-        left = max(MIN_STEP_S, timeout / (len(names) - index))
-        form = ["workload.scale=1.0", "search.n_trials=3", "profiler=torch_cuda"] if device_form else CPU_CHUNK_FORM[name]
+        left = max(MIN_STEP_S, (end - time.monotonic()) / (len(names) - index))
+        form = ["workload.scale=1.0", "search.n_trials=1", "profiler=torch_cuda"] if device_form else CPU_CHUNK_FORM[name]
         args = [a for a in check.common(device_form) if not a.startswith("workload.scale=")]
         proc, run_dir = check.harness_run(step, f"chunk_{name}", [*args, f"experiment={name}", *form], left)
-        timeout -= left
         if proc.returncode != 0:
             parts.append(f"{name}: exit {proc.returncode}" + (" (timed out)" if proc.timed_out else ""))
             numbers[name] = {"returncode": proc.returncode}
@@ -986,12 +1291,9 @@ def step_chunk_trace(check: Check, step: Step, timeout: float) -> Outcome:
 
 
 def step_auto_trace(check: Check, step: Step, timeout: float) -> Outcome:
-    device_form = check.cuda and not check.dry_run
-    overrides = ["experiment=auto", f"cards=[{','.join(AUTO_CARDS)}]", "search.n_trials=4"]
-    if device_form:
+    overrides = ["experiment=auto", f"cards=[{','.join(AUTO_CARDS)}]", "search.n_trials=2"]
+    if check.device_form:
         overrides += ["profiler=torch_cuda", "workload.scale=0.25"]
-    else:
-        overrides[-1] = "search.n_trials=3"
     proc, run_dir = _experiment(check, step, timeout, "auto_trace", overrides, None)
     _ok_or_fail(proc, "experiment=auto")
     parts, numbers = [], {}
@@ -1046,43 +1348,62 @@ def pack(check: Check) -> Outcome:
 
 
 # ---------------------------------------------------------------------------------------------
-# The table of steps
-
-
-def _wrap(fn: Callable[[Check, Step, float], Outcome]) -> Callable[[Check, Step], Outcome]:
-    return lambda check, step: fn(check, step, check.step_timeout)
+# The table of steps, in order of value
 
 
 STEPS = [
-    Step("machine", 15, 30, (), step_machine, "versions, driver, clocks -> versions.txt"),
-    Step("install", 45, 90, (), _wrap(step_install), "the carried wheels, requirements, imports"),
-    Step("ncu_preflight", 10, 0, ("cuda", "ncu"), _wrap(step_ncu_preflight), "tiny kernel under ncu, metric list"),
-    Step("reprofile_ncu", 75, 70, ("cuda", "ncu", "harness"), _wrap(step_reprofile_ncu),
-         "reprofile under ncu, one card per op kind"),
-    Step("stalls_ncu", 40, 40, ("cuda", "ncu", "harness"), _wrap(step_stalls_ncu), "stall_breakdown under ncu"),
-    Step("fixture", 10, 0, ("cuda", "ncu", "harness"), _wrap(step_fixture), "one .ncu-rep + raw page into $OUT"),
-    Step("channels_last_ncu", 50, 50, ("cuda", "ncu", "harness"), _wrap(step_channels_last_ncu),
-         "vae_channels_last under ncu: transposes"),
-    Step("conv_kernels_ncu", 45, 45, ("cuda", "ncu", "harness"), _wrap(step_conv_kernels_ncu),
-         "vae_conv_kernels under ncu: cuDNN algorithms, Triton conv tiles"),
-    Step("gpu_tests", 45, 0, ("cuda", "harness"), _wrap(step_gpu_tests), "gpu/ncu-marked unit tests"),
-    Step("aa_timing", 20, 25, ("cuda", "harness"), _wrap(step_aa_timing), "A/A pair, SM clock"),
-    Step("reproduction", 60, 60, ("cuda", "harness"), _wrap(step_reproduction), "cards vs the report -> reproduction.md"),
-    Step("chunk_trace", 50, 60, ("cuda", "harness"), _wrap(step_chunk_trace),
-         "the chunk experiments at the report's scale under the CUDA trace: op breakdown"),
-    Step("auto_trace", 50, 90, ("cuda", "harness"), _wrap(step_auto_trace), "experiment=auto under the CUDA trace"),
+    Step("machine", Work(other_s=10, other="nvidia-smi, ncu --version, one python importing torch"), 15, (),
+         step_machine, "versions, driver, clocks -> versions.txt"),
+    Step("install", Work(other_s=25, other="pip --no-deps of 11 wheels, the requirement check, the import sweep"),
+         90, (), step_install, "the carried wheels, requirements, imports"),
+    Step("ncu_preflight", Work(other_s=12, other="ncu on one tiny kernel beside `ncu --query-metrics`"), 0,
+         ("cuda", "ncu"), step_ncu_preflight, "tiny kernel under ncu, metric list"),
+    Step("reprofile_ncu", Work(starts=1, ncu_trials=4), 45, ("cuda", "ncu", "harness"), step_reprofile_ncu,
+         "reprofile under ncu, one card per op kind: time and class against the report"),
+    Step("channels_last_ncu", Work(starts=1, ncu_trials=2, confirms=1), 50, ("cuda", "ncu", "harness"),
+         step_channels_last_ncu, "vae_channels_last under ncu, one trial: a confirmed verdict, the transposes"),
+    Step("aa_timing", Work(other_s=15, other="one python: torch, two workloads, 8 paired rounds"), 25,
+         ("cuda", "harness"), step_aa_timing, "A/A pair of 8 rounds, SM clock"),
+    Step("reproduction", Work(starts=1, trace_trials=5), 70, ("cuda", "harness"), step_reproduction,
+         "five cards at scale 1 under the CUDA trace vs the report -> reproduction.md"),
+    Step("side_stream", Work(other_s=20, other=f"{_rel(SIDE_STREAM_SCRIPT)}: two matmuls, the CUDA timer"), 0,
+         ("cuda", "harness"), step_side_stream, "an honest matmul and a side-stream one: the latter flagged",
+         side_stream_unmet),
+    Step("stalls_ncu", Work(starts=1, ncu_trials=1), 45, ("cuda", "ncu", "harness"), step_stalls_ncu,
+         "stall_breakdown under ncu"),
+    Step("fixture", Work(other_s=10, other="ncu --import of one report, both parsed back"), 0,
+         ("cuda", "ncu", "harness"), step_fixture, "one .ncu-rep + raw page into $OUT"),
+    # The ncu-marked app test re-profiles one card per op kind under ncu (a harness run of 4 ncu trials).
+    Step("gpu_tests", Work(starts=1, ncu_trials=4, other_s=70,
+                           other="pytest: collection and the gpu unit tests (Triton and torch.compile compiles)"),
+         0, ("cuda", "harness"), step_gpu_tests, "gpu- and ncu-marked tests"),
+    Step("plants", Work(other_s=40, other=f"pytest {_rel(PLANTS_TESTS)}: one worker, a trial per plant"), 0,
+         ("cuda", "harness"), step_plants, f"the planted mistakes on CUDA ({PLANTS_DEVICE_VAR}=cuda)", plants_unmet),
+    Step("conv_kernels_ncu", Work(starts=1, ncu_trials=2, confirms=1, other_s=5, other="a Triton compile"), 55,
+         ("cuda", "ncu", "harness"), step_conv_kernels_ncu, "vae_conv_kernels under ncu: cuDNN's kernels, a Triton tile"),
+    Step("chunk_trace", Work(starts=2, trace_trials=4, confirms=2, other_s=10,
+                             other="building a DiT block's 351 M weights and a VAE decoder chunk"), 80,
+         ("cuda", "harness"), step_chunk_trace, "the chunk experiments under the CUDA trace: op breakdown"),
+    Step("auto_trace", Work(starts=1, trace_trials=10, confirms=3), 60, ("cuda", "harness"), step_auto_trace,
+         "experiment=auto under the CUDA trace"),
 ]
 STEP_NAMES = [s.name for s in STEPS]
 
 
 def skip_reason(check: Check, step: Step) -> str | None:
-    device_form = check.cuda and not check.dry_run
+    if step.unmet is not None:
+        missing = step.unmet()
+        if missing:
+            return missing
+    device_form = check.device_form
     if not device_form and step.needs and "cuda" in step.needs and not step.cpu_budget_s:
         return "needs CUDA" + (" and ncu" if "ncu" in step.needs else "") + (
             " (--dry-run)" if check.requested_dry_run else " (no CUDA device here)")
     if device_form and "ncu" in step.needs:
         if not check.ncu:
-            return "needs ncu: not on PATH (and NCU_HOME not set)"
+            from harness.profile.ncu.command import searched_for_ncu
+
+            return f"needs ncu: {searched_for_ncu()}"
         if check.ncu_ok is False:
             return f"ncu cannot profile here: {check.ncu_reason}"
     if "harness" in step.needs and device_form and not check.installed:
@@ -1090,47 +1411,71 @@ def skip_reason(check: Check, step: Step) -> str | None:
     return None
 
 
+def _progress(check: Check, step: Step, record: dict[str, Any], started: float) -> None:
+    """summary.json while the step runs: what it has finished so far (it survives the check being
+    killed outright)."""
+    text, finished = salvage(check, step)
+    record.update(status="running", seconds=round(time.monotonic() - started, 1), result=f"running: {text}",
+                  numbers={"finished": finished} if finished else {})
+    check.write_summary()
+
+
 def run_steps(check: Check, names: list[str]) -> int:
     failures = 0
-    for step in STEPS:
-        if step.name not in names:
-            continue
-        record: dict[str, Any] = {"name": step.name, "doc": step.doc}
+    selected = [s for s in STEPS if s.name in names]
+    for index, step in enumerate(selected):
+        # Planned for the form the machine step found (a machine without CUDA runs the CPU forms).
+        plan = make_plan(selected, check.device_form, check.summary["deadline_s"])
+        entry = plan[index]
+        record: dict[str, Any] = {"name": step.name, "doc": step.doc, "budget_s": entry.budget_s,
+                                  "planned": entry.planned, "form": "device" if check.device_form else "cpu"}
         check.summary["steps"].append(record)
-        device_form = check.cuda and not check.dry_run
-        budget = step.budget_s if device_form else (step.cpu_budget_s or step.budget_s)
-        record.update(budget_s=budget, form="device" if device_form else "cpu")
         reason = skip_reason(check, step)
-        left = check.left() - PACK_RESERVE_S
-        if reason is None and left < min(MIN_STEP_S, budget):
-            reason = f"global deadline: {max(0.0, left):.0f} s left of {check.summary['deadline_s']:.0f} s"
+        # What the later planned steps that can still run need is kept for them.
+        kept = sum(p.budget_s for p in plan[index + 1:] if p.planned and skip_reason(check, p.step) is None)
+        available = check.left() - PACK_RESERVE_S - kept
+        if reason is None and available < (min(entry.budget_s, MIN_STEP_S) if entry.planned else entry.budget_s):
+            reason = (f"global deadline: {max(0.0, check.left()):.0f} s left of {check.summary['deadline_s']:g} s, "
+                      f"{kept} s kept for the later planned steps" + ("" if entry.planned else
+                                                                      f"; not planned, it needs {entry.budget_s} s"))
         if reason:
             record.update(status="skipped", seconds=0.0, result=reason)
             check.say(f"-- {step.name}: skipped: {reason}")
             check.write_summary()
             continue
-        check.step_timeout = min(budget, left)
-        if not device_form and any(n in step.needs for n in ("cuda", "ncu")):
+        check.step_timeout = min(available, entry.budget_s * SLACK_FACTOR)
+        record["timeout_s"] = round(check.step_timeout, 1)
+        if not check.device_form and any(n in step.needs for n in ("cuda", "ncu")):
             record["note"] = "the CPU form (device=cpu profiler=cpu): " + ("needs CUDA" + (
                 " and ncu" if "ncu" in step.needs else "")) + " for the device form"
-        check.say(f"== {step.name} (budget {check.step_timeout:.0f} s, {record['form']} form)")
+        check.say(f"== {step.name} (budget {entry.budget_s} s, up to {check.step_timeout:.0f} s, {record['form']} form"
+                  f"{'' if entry.planned else ', not planned: on saved time'})")
         started = time.monotonic()
+        check.step_dirs, check.record = [], record
+        check.progress = lambda: _progress(check, step, record, started)
         try:
-            outcome = step.run(check, step)
+            outcome = step.run(check, step, check.step_timeout)
         except StepFailed as exc:
             outcome = exc.outcome
         except Exception as exc:  # noqa: BLE001 - a broken step is recorded, the others go on
             outcome = Outcome("failed", f"{type(exc).__name__}: {exc}")
+        finally:
+            check.progress = None
         seconds = time.monotonic() - started
         if outcome.status == "ok" and seconds > check.step_timeout + 5:
             outcome.status = "timeout"
+        if outcome.status in ("failed", "timeout"):
+            text, finished = salvage(check, step)
+            if finished:
+                outcome.result += f"; {text}"
+                outcome.numbers["finished"] = finished
+        if check.step_dirs:  # the harness's own account of the time, to check the budgets' costs against
+            outcome.numbers["phases"] = {d.name: run_phases(d) for d in check.step_dirs}
+        check.record = None
         record.update(status=outcome.status, seconds=round(seconds, 1), result=outcome.result, numbers=outcome.numbers)
         check.say(f"   {step.name}: {outcome.status} in {seconds:.1f} s: {outcome.result}")
         if outcome.status in ("failed", "timeout"):
             failures += 1
-        if step.name != "machine":
-            with contextlib.suppress(Exception):
-                pack(check)  # what is there so far comes back even if the call is cut short
         check.write_summary()
     return failures
 
@@ -1143,7 +1488,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "gpu_check_out"))
     parser.add_argument("--work", default=None, help="scratch folder for run directories (default: /tmp/...)")
     parser.add_argument("--deadline", type=float, default=DEFAULT_DEADLINE_S, help="seconds for all steps")
-    parser.add_argument("--list", action="store_true", help="print the steps and their budgets")
+    parser.add_argument("--plan", "--list", dest="plan", action="store_true",
+                        help="print the steps, their budgets and the total against the deadline")
     parser.add_argument("--helper", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.helper:
@@ -1152,24 +1498,29 @@ def main(argv: list[str] | None = None) -> int:
         if args.helper[0] == "parse-fixture":
             return helper_parse_fixture(*args.helper[1:3])
         parser.error(f"unknown helper {args.helper[0]}")
-    if args.list:
-        for step in STEPS:
-            print(f"{step.name:18} {step.budget_s:4.0f} s on the device, "
-                  f"{f'{step.cpu_budget_s:4.0f} s' if step.cpu_budget_s else '   - '} CPU form; {step.doc}")
-        return 0
     names = [n.strip() for n in args.steps.split(",") if n.strip()]
     unknown = [n for n in names if n not in STEP_NAMES and n != "pack"]
     if unknown:
         parser.error(f"unknown step(s) {', '.join(unknown)}; steps: {', '.join(STEP_NAMES)}")
+    selected = [s for s in STEPS if s.name in names]
+    if args.plan:
+        print("\n".join(plan_lines(make_plan(selected, not args.dry_run, args.deadline), not args.dry_run,
+                                   args.deadline)))
+        return 0
     check = Check(args)
 
     def stop(signum: int, _frame: Any) -> None:
         check.say(f"signal {signum}: stopping the current step and packing what there is")
         if check.current is not None:
             check.kill(check.current)
-        check.sweep()
+        check.sweep(side_too=True)
         with contextlib.suppress(Exception):
             check.summary["interrupted"] = f"signal {signum}"
+            if check.record is not None:  # the step that was running: what it finished
+                step = next(s for s in STEPS if s.name == check.record["name"])
+                text, finished = salvage(check, step)
+                check.record.update(status="interrupted", result=f"interrupted by signal {signum}; {text}",
+                                    numbers={"finished": finished})
             pack(check)
             check.write_summary()
         os._exit(128 + signum)
@@ -1183,6 +1534,9 @@ def main(argv: list[str] | None = None) -> int:
         check.dry_run = check.dry_run or not check.cuda
     if "install" not in names and not check.dry_run:  # installed earlier, or by hand
         check.installed = _probe(check, "import optuna, hydra, omegaconf")
+    plan = make_plan(selected, check.device_form, args.deadline)
+    check.summary["plan"] = [{"name": p.step.name, "budget_s": p.budget_s, "planned": p.planned} for p in plan]
+    check.summary["plan_total_s"] = plan_total_s(plan)
     failures = run_steps(check, names)
     outcome = pack(check)
     check.summary["pack"] = {"status": outcome.status, "result": outcome.result, **outcome.numbers}

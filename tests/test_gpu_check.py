@@ -1,13 +1,16 @@
 """scripts/gpu_check.sh without a GPU: its dry run on a small step set (slow), and the parts the device
-alone would exercise (the ncu preflight, the fixture parse, the step kill, the deadline, packing)
-with a fake `ncu` and synthetic run folders."""
+alone would exercise (every step's device command line, the plan against the deadline, the ncu
+preflight, the fixture parse, the step kill, what a killed step still reports, packing) with a fake
+`ncu`, fake step programs and synthetic run folders."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -32,11 +35,13 @@ def _module():
 
 
 gc = _module()
+STEPS = {step.name: step for step in gc.STEPS}
 
 
 def _check(tmp_path: Path, **overrides):
     args = argparse.Namespace(dry_run=False, out=str(tmp_path / "out"), work=str(tmp_path / "work"),
-                              deadline=overrides.pop("deadline", 360.0), steps=None, list=False, helper=None)
+                              deadline=overrides.pop("deadline", gc.DEFAULT_DEADLINE_S), steps=None, plan=False,
+                              helper=None)
     check = gc.Check(args)
     for key, value in overrides.items():
         setattr(check, key, value)
@@ -69,13 +74,15 @@ def test_dry_run_of_a_small_step_set(tmp_path: Path) -> None:
     assert time.monotonic() - started < 240
     summary = json.loads((out / "summary.json").read_text())
     steps = {s["name"]: s for s in summary["steps"]}
-    assert [s["name"] for s in summary["steps"]] == ["machine", "stalls_ncu", "fixture", "gpu_tests", "aa_timing"]
+    assert [s["name"] for s in summary["steps"]] == ["machine", "aa_timing", "stalls_ncu", "fixture", "gpu_tests"]
     assert steps["machine"]["status"] == "ok" and steps["aa_timing"]["status"] == "ok"
     assert steps["stalls_ncu"]["status"] == "ok" and steps["stalls_ncu"]["form"] == "cpu"
     assert "needs CUDA" in steps["stalls_ncu"]["note"]
+    assert steps["stalls_ncu"]["numbers"]["phases"]["stalls_ncu"]["worker_starts"] == 1
     for name in ("fixture", "gpu_tests"):
         assert steps[name]["status"] == "skipped" and "needs CUDA" in steps[name]["result"]
     assert steps["aa_timing"]["numbers"]["verdict"] in ("SAME", "INCONCLUSIVE")
+    assert summary["plan_total_s"] <= 200 and all(p["planned"] for p in summary["plan"] if p["budget_s"])
     files = sorted(p.name for p in out.iterdir())
     assert len(files) <= 8 and {"gpu_check.log", "summary.json", "versions.txt", "runs.tgz"} <= set(files)
     assert all((out / f).stat().st_size < 16 * 2**20 for f in files)
@@ -86,11 +93,30 @@ def test_dry_run_of_a_small_step_set(tmp_path: Path) -> None:
     assert "stalls_ncu" in (out / "gpu_check.log").read_text()
 
 
-def test_unknown_step_and_list() -> None:
+def test_unknown_step_and_the_plan() -> None:
     proc = _run("--steps", "machine,nope")
     assert proc.returncode == 2 and "unknown step" in proc.stderr
-    listing = _run("--list")
-    assert listing.returncode == 0 and all(step in listing.stdout for step in gc.STEP_NAMES)
+    plan = gc.make_plan(gc.STEPS, True, gc.DEFAULT_DEADLINE_S)
+    for flag in ("--plan", "--list"):
+        listing = _run(flag)
+        assert listing.returncode == 0 and all(step in listing.stdout for step in gc.STEP_NAMES)
+        assert listing.stdout.splitlines()[-1] == f"total {gc.plan_total_s(plan)} s of deadline 420 s"
+
+
+def test_the_check_needs_the_standard_library_only(tmp_path: Path) -> None:
+    """It runs on the GPU machine before anything is installed: no site-packages, no PYTHONPATH (the
+    harness modules it imports itself, the ncu finder among them, must do with the standard library)."""
+    script = str(REPO / "scripts" / "gpu_check.py")
+    proc = subprocess.run([sys.executable, "-I", "-S", script, "--plan", "--deadline", "300"], check=False,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    total = gc.plan_total_s(gc.make_plan(gc.STEPS, True, 300))
+    assert total <= 300 and proc.stdout.splitlines()[-1] == f"total {total} s of deadline 300 s"
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-I", "-S", script, "--dry-run", "--steps", "machine", "--out", str(out),
+                           "--work", str(tmp_path / "work")], check=False, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert json.loads((out / "summary.json").read_text())["steps"][0]["status"] == "ok"
 
 
 def test_a_deadline_too_close_skips_the_steps_and_still_packs(tmp_path: Path) -> None:
@@ -104,6 +130,225 @@ def test_a_deadline_too_close_skips_the_steps_and_still_packs(tmp_path: Path) ->
 
 
 # ---------------------------------------------------------------------------------------------
+# Every step's device command line, and the budgets against the deadline
+
+
+def _device_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[tuple[list[str], dict]]]:
+    """The commands each step's device form starts, none skipped: ncu that profiles, the wheels
+    installed, the files the side-stream and plants steps run present; nothing is run."""
+    side_stream = tmp_path / "gpu_side_stream_check.py"
+    side_stream.write_text("print('{}')\n")
+    plants = tmp_path / "test_plants.py"
+    plants.write_text(f"import os\nDEVICE = os.environ.get('{gc.PLANTS_DEVICE_VAR}', 'cpu')\n")
+    monkeypatch.setattr(gc, "SIDE_STREAM_SCRIPT", side_stream)
+    monkeypatch.setattr(gc, "PLANTS_TESTS", plants)
+    ncu = _fake_ncu(tmp_path, "echo 'gpu__time_duration.sum  duration'\n")
+    check = _check(tmp_path, ncu=ncu)
+    kept = check.work / "ncu_reports" / "reprofile" / gc.PER_OP_KIND[0] / "000_baseline_as_reported"
+    kept.mkdir(parents=True)
+    (kept / "trial.ncu-rep").write_bytes(b"report")
+    commands: dict[str, list[tuple[list[str], dict]]] = {}
+    current = [""]
+
+    def record(argv, timeout, log=None, env=None, cwd=gc.REPO, echo=False):
+        commands.setdefault(current[0], []).append((list(argv), env or check.env()))
+        return gc.Proc(1, False, 0.0, "error: not run")
+
+    check.run = record  # type: ignore[method-assign]
+    for step in gc.STEPS:
+        # Each step as the device would find it (the machine step, finding no GPU here, would say otherwise).
+        check.cuda, check.dry_run, check.installed, check.ncu_ok = True, False, True, True
+        assert gc.skip_reason(check, step) is None, step.name
+        current[0] = step.name
+        try:
+            step.run(check, step, float(step.budget_s))
+        except gc.StepFailed:
+            pass  # a command that "failed" (nothing ran) ends most steps
+    return commands
+
+
+def _override(argv: list[str], key: str) -> str | None:
+    return next((a.split("=", 1)[1] for a in argv if a.startswith(key + "=")), None)
+
+
+def test_every_step_has_a_device_command_and_the_plan_fits_the_deadline(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    commands = _device_commands(tmp_path, monkeypatch)
+    assert set(commands) == set(gc.STEP_NAMES)
+    harness = {name: [argv for argv, _ in runs if argv[1:3] == ["-m", "harness"]] for name, runs in commands.items()}
+    # An ncu step's budget counts one ncu trial per card and trial it runs (baselines included).
+    for name in ("reprofile_ncu", "channels_last_ncu", "stalls_ncu", "conv_kernels_ncu"):
+        (argv,) = harness[name]
+        assert "profiler=ncu" in argv and "device=cuda" in argv, name
+        cards = len(_override(argv, "cards").strip("[]").split(","))
+        assert STEPS[name].work.ncu_trials == cards * (1 + int(_override(argv, "search.n_trials") or 0)), name
+    (reproduction,) = harness["reproduction"]
+    assert "profiler=torch_cuda" in reproduction and STEPS["reproduction"].work.trace_trials == len(gc.REPRODUCTION)
+    assert len(harness["chunk_trace"]) == STEPS["chunk_trace"].work.starts == 2
+    assert all(STEPS[name].work.starts == len(runs) for name, runs in harness.items() if name != "gpu_tests")
+    (pytest_argv, pytest_env), = commands["gpu_tests"]
+    assert pytest_argv[pytest_argv.index("-m", 3) + 1] == "gpu or ncu"
+    assert "tests/app/test_gpu_paths.py::test_ncu_backend_reprofiles_every_op_kind" in pytest_argv
+    assert pytest_env["PATH"].split(os.pathsep)[0] == str(tmp_path / "bin")
+    (plants_argv, plants_env), = commands["plants"]
+    assert plants_env[gc.PLANTS_DEVICE_VAR] == "cuda" and str(tmp_path / "test_plants.py") in plants_argv
+    assert commands["side_stream"][0][0][1:] == [str(tmp_path / "gpu_side_stream_check.py")]
+    assert commands["ncu_preflight"][0][0][0] == str(tmp_path / "bin" / "ncu")
+
+    plan = gc.make_plan(gc.STEPS, True, gc.DEFAULT_DEADLINE_S)
+    planned = [p for p in plan if p.planned]
+    assert gc.DEFAULT_DEADLINE_S == 420 and gc.plan_total_s(plan) <= 420
+    assert sum(p.budget_s for p in planned) + gc.PACK_RESERVE_S == gc.plan_total_s(plan)
+    # In order of value: the re-profiled cards first, then a confirmed verdict, the A/A pair, the table.
+    order = [p.step.name for p in planned]
+    assert order[3:7] == ["reprofile_ncu", "channels_last_ncu", "aa_timing", "reproduction"]
+    everything = sum(s.budget_s for s in gc.STEPS) + gc.PACK_RESERVE_S
+    assert all(p.planned for p in gc.make_plan(gc.STEPS, True, everything))
+    lines = gc.plan_lines(plan, True, gc.DEFAULT_DEADLINE_S)
+    assert lines[-1] == f"total {gc.plan_total_s(plan)} s of deadline 420 s"
+    assert all(f" {p.budget_s:5d} s " in line for p, line in zip(plan, lines[1:], strict=False))
+
+
+@pytest.mark.slow
+def test_the_device_forms_harness_commands_compose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every harness command the device would run is a valid Hydra composition (`--cfg job`, no run)."""
+    commands = _device_commands(tmp_path, monkeypatch)
+    runs = [(name, argv) for name, found in commands.items() for argv, _ in found if argv[1:3] == ["-m", "harness"]]
+    assert len(runs) == 8
+    for name, argv in runs:
+        proc = subprocess.run([sys.executable, *argv[1:], "--cfg", "job"], check=False, capture_output=True,
+                              text=True, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert proc.returncode == 0, f"{name}: {proc.stderr[-1500:]}"
+        assert "device: cuda" in proc.stdout, name
+
+
+def test_a_step_is_planned_only_inside_the_deadline_and_runs_on_saved_time(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: dict[str, float] = {}
+
+    def quick(check, step, timeout):
+        ran[step.name] = timeout
+        return gc.Outcome("ok", "done")
+
+    steps = [gc.Step("first", gc.Work(other_s=5), 0, (), quick), gc.Step("big", gc.Work(other_s=100), 0, (), quick),
+             gc.Step("last", gc.Work(other_s=5), 0, (), quick)]
+    monkeypatch.setattr(gc, "STEPS", steps)
+    deadline = 5 + 5 + gc.PACK_RESERVE_S + 3
+    plan = gc.make_plan(steps, True, deadline)
+    assert [p.planned for p in plan] == [True, False, True] and gc.plan_total_s(plan) == deadline - 3
+    check = _check(tmp_path, cuda=True, installed=True, deadline=deadline)
+    assert gc.run_steps(check, ["first", "big", "last"]) == 0
+    records = {r["name"]: r for r in check.summary["steps"]}
+    assert records["big"]["status"] == "skipped" and "not planned, it needs 100 s" in records["big"]["result"]
+    # The first step may use the 3 s nobody planned for; the last one twice its budget (the big one's time).
+    assert 5 < ran["first"] <= 8 and ran["last"] == pytest.approx(10)
+    assert records["first"]["planned"] and records["last"]["timeout_s"] > 5
+
+
+# ---------------------------------------------------------------------------------------------
+# What a step finished when it is killed
+
+
+FAKE_HARNESS = """#!{python}
+# Stands in for `python -m harness`: the worker writes one card's baseline, then the run hangs.
+import json, shutil, sys, time
+from pathlib import Path
+run = Path(next(a.split("=", 1)[1] for a in sys.argv if a.startswith("hydra.run.dir=")))
+folder = run / "trials" / "{card}"
+folder.mkdir(parents=True)
+card = {{"primary": "partial_wave_tail", "metrics_source": "cpu_roofline_estimate", "kernels": [{{}}],
+        "variant": {{"calls": 1, "per_call_us": 9.5}},
+        "report_card": {{"primary": "partial_wave_tail", "summed_kernel_us": 4.75}}}}
+(folder / "baseline.json").write_text(json.dumps({{"cards": [card]}}))
+time.sleep(1.5)  # two progress ticks: summary.json should have the card while the step still runs
+shutil.copyfile("{summary}", "{seen}")
+time.sleep(60)
+"""
+
+
+def test_a_killed_step_reports_the_cards_it_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    card = gc.PER_OP_KIND[0]
+    check = _check(tmp_path, dry_run=True, requested_dry_run=True, deadline=60)
+    fake = tmp_path / "fake_python"
+    seen = tmp_path / "seen_summary.json"
+    fake.write_text(FAKE_HARNESS.format(python=sys.executable, card=card, summary=check.out / "summary.json",
+                                        seen=seen))
+    fake.chmod(0o755)
+    check.python = str(fake)
+    monkeypatch.setattr(gc, "STEPS", [dataclasses.replace(STEPS["reprofile_ncu"], cpu_budget_s=4)])
+    monkeypatch.setattr(gc, "SLACK_FACTOR", 1.0)
+    monkeypatch.setattr(gc, "PROGRESS_EVERY_S", 0.5)
+    assert gc.run_steps(check, ["reprofile_ncu"]) == 1
+    (record,) = check.summary["steps"]
+    assert record["status"] == "timeout" and record["seconds"] < 15
+    assert "killed at its time limit" in record["result"]
+    assert f"1 card(s) finished: {card.rsplit('-', 1)[1]} 9.5 us (2.00x report), partial_wave_tail" in record["result"]
+    finished = record["numbers"]["finished"]["runs"]["reprofile_ncu"]
+    assert finished["done"] is False and finished["cards"][card]["here_us"] == 9.5
+    # While the step still ran, summary.json already held the card (it survives a kill of the whole check).
+    running = next(s for s in json.loads(seen.read_text())["steps"] if s["name"] == "reprofile_ncu")
+    assert running["status"] == "running" and card in running["numbers"]["finished"]["runs"]["reprofile_ncu"]["cards"]
+    assert json.loads((check.out / "summary.json").read_text())["steps"][0]["status"] == "timeout"
+
+
+def test_finished_trials_and_tests_are_read_back(tmp_path: Path) -> None:
+    run = tmp_path / "auto" / "dit_gemm_tiles" / "trials" / "dit-480-linear-m1170n5120k5120-b9770e"
+    run.mkdir(parents=True)
+    base = {"primary": "compute_bound", "variant": {"calls": 1}, "timing": {"median_us": 100.0},
+            "report_card": {"primary": "compute_bound", "summed_kernel_us": 80.0}}
+    (run / "baseline.json").write_text(json.dumps({"cards": [base]}))
+    (run / "trial_0000_cublaslt.json").write_text(json.dumps({"cards": [{"variant": {"calls": 2, "per_call_us": 40.0}}]}))
+    (run / "tried.json").write_text(json.dumps({"cards": [{"harness": {"variant": "cublaslt"},
+                                                           "confirmation": {"verdict": "FASTER", "speedup": 2.5}}]}))
+    (run.parents[1] / "run.json").write_text(json.dumps({"phases": {"wall_s": 12.345, "worker_starts": 1}}))
+    assert gc.run_phases(tmp_path / "auto") == {"dit_gemm_tiles": {"wall_s": 12.3, "worker_starts": 1}}
+    scanned = gc.scan_run(tmp_path / "auto")
+    entry = scanned["cards"]["dit_gemm_tiles/dit-480-linear-m1170n5120k5120-b9770e"]
+    assert entry["here_us"] == 100.0 and entry["trials"] == {"0000_cublaslt": 40.0}
+    assert gc.finished_text({"auto": scanned}) == ("1 card(s) finished: dit_gemm_tiles/b9770e 100.0 us (1.25x report), "
+                                                   "compute_bound (report compute_bound), 1 trial(s), cublaslt 2.50x FASTER")
+    text = ("tests/a.py::test_one PASSED                [ 33%]\n"
+            "tests/a.py::test_two[x-1] FAILED           [ 66%]\n"
+            "tests/b.py::test_three SKIPPED (needs CUDA) [100%]\n"
+            "FAILED tests/a.py::test_two[x-1] - assert 1 == 2\n")
+    assert gc.pytest_progress(text) == {"counts": {"passed": 1, "failed": 1, "skipped": 1},
+                                        "failed": ["tests/a.py::test_two[x-1]"]}
+
+
+# ---------------------------------------------------------------------------------------------
+# The side-stream and plants steps
+
+
+def test_side_stream_and_plants_say_why_they_cannot_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    check = _check(tmp_path, cuda=True, installed=True)
+    monkeypatch.setattr(gc, "SIDE_STREAM_SCRIPT", gc.REPO / "scripts" / "no_such_side_stream_check.py")
+    monkeypatch.setattr(gc, "PLANTS_TESTS", gc.REPO / "tests" / "app" / "no_such_test_plants.py")
+    assert gc.skip_reason(check, STEPS["side_stream"]) == "scripts/no_such_side_stream_check.py missing"
+    assert gc.skip_reason(check, STEPS["plants"]) == "tests/app/no_such_test_plants.py missing"
+    plants = tmp_path / "test_plants.py"
+    plants.write_text("DEVICE = 'cpu'\n")
+    monkeypatch.setattr(gc, "PLANTS_TESTS", plants)
+    assert "does not read HARNESS_PLANTS_DEVICE" in gc.skip_reason(check, STEPS["plants"])
+
+
+@pytest.mark.parametrize("code, status", [(0, "ok"), (1, "failed")])
+def test_side_stream_reads_the_scripts_json_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int,
+                                                 status: str) -> None:
+    found = {"status": status, "honest": {"event_us": 210.0, "synced_us": 212.5, "flagged": False},
+             "side_stream": {"event_us": 4.0, "synced_us": 209.0, "flagged": code == 0}}
+    script = tmp_path / "side.py"
+    script.write_text(f"import sys\nprint('timing...')\nprint({json.dumps(json.dumps(found))})\nsys.exit({code})\n")
+    monkeypatch.setattr(gc, "SIDE_STREAM_SCRIPT", script)
+    check = _check(tmp_path, cuda=True, installed=True)
+    outcome = gc.step_side_stream(check, STEPS["side_stream"], 30)
+    assert outcome.status == status and outcome.numbers == found
+    flagged = "flagged" if code == 0 else "not flagged"
+    assert outcome.result.endswith("honest: events 210.0 us, synchronised 212.5 us, not flagged; side_stream: "
+                                   f"events 4.0 us, synchronised 209.0 us, {flagged}")
+    assert ("variant is flagged" in outcome.result) == (code == 0)
+
+
+# ---------------------------------------------------------------------------------------------
 # The device's paths, with a fake ncu
 
 
@@ -111,10 +356,28 @@ QUERY = """\
 gpu__time_duration.sum                               duration
 sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active  wgmma
 """
+PROFILED = """echo '"ID","Kernel Name","gpu__time_duration.sum"'; echo '"","","ns"'; echo '"0","tiny","1,234"'"""
+
+
+def test_the_check_finds_ncu_where_the_harness_looks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.profile.ncu import command
+
+    root = tmp_path / "nsight-compute"
+    for version in ("2024.1.0", "2025.3.1"):
+        (root / version).mkdir(parents=True)
+        (root / version / "ncu").write_text("#!/bin/sh\n")
+        (root / version / "ncu").chmod(0o755)
+    monkeypatch.setattr(command, "NCU_INSTALL_ROOT", root)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("NCU_HOME", raising=False)
+    check = _check(tmp_path)
+    assert check.ncu == str(root / "2025.3.1" / "ncu") and check.summary["ncu"] == check.ncu
+    check.ncu = None
+    check.cuda, check.installed = True, True
+    assert gc.skip_reason(check, STEPS["reprofile_ncu"]) == f"needs ncu: {command.searched_for_ncu()}"
 
 
 def test_preflight_reads_the_chips_metrics_and_swaps_a_missing_one(tmp_path: Path) -> None:
-    sys.path.insert(0, str(REPO))
     from harness.profile.ncu.metrics import metrics_for
 
     names = "\n".join(m for m in metrics_for("report+stalls+bytes") if not m.startswith("sm__pipe_tensor_cycles"))
@@ -122,24 +385,23 @@ def test_preflight_reads_the_chips_metrics_and_swaps_a_missing_one(tmp_path: Pat
     listing.write_text(names + "\n" + QUERY + "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio\n")
     ncu = _fake_ncu(tmp_path, f"""
 case "$1" in
-  --query-metrics) cat {listing} ;;
-  *) echo '"ID","Kernel Name","gpu__time_duration.sum"'; echo '"","","ns"'; echo '"0","tiny","1,234"' ;;
+  --query-metrics) sleep 1; cat {listing} ;;
+  *) {PROFILED} ;;
 esac
-""")
+""")  # the query outlasts the tiny kernel's run, as a real one does: the sweep after that run spares it
     check = _check(tmp_path, cuda=True, ncu=ncu)
-    outcome = gc.step_ncu_preflight(check, gc.STEPS[2], 60)  # a bound, not a wait: loaded CI starts processes slowly
+    outcome = gc.step_ncu_preflight(check, STEPS["ncu_preflight"], 60)  # a bound, not a wait: loaded CI starts slowly
     assert outcome.status == "ok", outcome.result
     assert check.ncu_ok is True and check.metrics_file is not None and check.metrics_file.exists()
     assert outcome.numbers["substituted"] == {
         "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active":
             "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"}
     assert outcome.numbers["dropped"] == []
-    overrides = check.ncu_overrides(gc.STEPS[3], "reprofile", 60)
+    overrides = check.ncu_overrides(STEPS["reprofile_ncu"], "reprofile", 60)
     assert f"profiler.available_metrics={check.metrics_file}" in overrides
 
 
 def test_preflight_does_not_use_the_list_of_a_query_that_failed(tmp_path: Path) -> None:
-    sys.path.insert(0, str(REPO))
     from harness.profile.ncu.metrics import metrics_for
 
     listing = tmp_path / "names.txt"  # the whole list, printed before the query failed
@@ -147,30 +409,33 @@ def test_preflight_does_not_use_the_list_of_a_query_that_failed(tmp_path: Path) 
     ncu = _fake_ncu(tmp_path, f"""
 case "$1" in
   --query-metrics) cat {listing}; echo '==ERROR== An error occurred while querying metrics.'; exit 1 ;;
-  *) echo '"ID","Kernel Name","gpu__time_duration.sum"'; echo '"","","ns"'; echo '"0","tiny","1,234"' ;;
+  *) {PROFILED} ;;
 esac
 """)
     check = _check(tmp_path, cuda=True, ncu=ncu)
-    outcome = gc.step_ncu_preflight(check, gc.STEPS[2], 60)  # a bound, not a wait: loaded CI starts processes slowly
+    outcome = gc.step_ncu_preflight(check, STEPS["ncu_preflight"], 60)  # a bound, not a wait: loaded CI starts slowly
     assert outcome.status == "ok", outcome.result
     assert check.ncu_ok is True and check.metrics_file is None
     assert "metric list not checked (`ncu --query-metrics` exit 1, 0 names)" in outcome.result
     assert outcome.numbers["query_exit"] == 1 and outcome.numbers["chip_metric_names"] == 0
-    assert "profiler.available_metrics=auto" in check.ncu_overrides(gc.STEPS[3], "reprofile", 60)
+    assert "profiler.available_metrics=auto" in check.ncu_overrides(STEPS["reprofile_ncu"], "reprofile", 60)
 
 
-def test_preflight_that_cannot_profile_skips_the_ncu_steps_only(tmp_path: Path) -> None:
+def test_preflight_that_cannot_profile_skips_the_ncu_steps_and_tests(tmp_path: Path) -> None:
     ncu = _fake_ncu(tmp_path, "echo '==ERROR== Failed to initialize the profiler: LibraryNotLoaded'; exit 1\n")
     check = _check(tmp_path, cuda=True, ncu=ncu, installed=True)
-    outcome = gc.step_ncu_preflight(check, gc.STEPS[2], 60)  # a bound, not a wait: loaded CI starts processes slowly
+    outcome = gc.step_ncu_preflight(check, STEPS["ncu_preflight"], 60)  # a bound, not a wait: loaded CI starts slowly
     assert outcome.status == "failed" and "LibraryNotLoaded" in outcome.result
-    steps = {s.name: s for s in gc.STEPS}
-    for name in ("reprofile_ncu", "stalls_ncu", "fixture", "channels_last_ncu"):
-        assert "ncu cannot profile here" in gc.skip_reason(check, steps[name])
-    for name in ("gpu_tests", "aa_timing", "reproduction", "auto_trace"):
-        assert gc.skip_reason(check, steps[name]) is None
+    for name in ("reprofile_ncu", "stalls_ncu", "fixture", "channels_last_ncu", "conv_kernels_ncu"):
+        assert "ncu cannot profile here" in gc.skip_reason(check, STEPS[name])
+    for name in ("gpu_tests", "aa_timing", "reproduction", "auto_trace", "chunk_trace"):
+        assert gc.skip_reason(check, STEPS[name]) is None
+    seen: list[list[str]] = []
+    check.run = lambda argv, *a, **k: seen.append(argv) or gc.Proc(0, False, 1.0, "3 passed in 1.0s")  # type: ignore
+    gpu_tests = gc.step_gpu_tests(check, STEPS["gpu_tests"], 60)
+    assert seen[0][seen[0].index("-m", 3) + 1] == "gpu and not ncu" and "LibraryNotLoaded" in gpu_tests.result
     check.installed = False
-    assert "install" in gc.skip_reason(check, steps["aa_timing"])
+    assert "install" in gc.skip_reason(check, STEPS["aa_timing"])
 
 
 def test_a_step_past_its_time_dies_with_what_it_started(tmp_path: Path) -> None:
@@ -181,17 +446,16 @@ def test_a_step_past_its_time_dies_with_what_it_started(tmp_path: Path) -> None:
         "import os, subprocess, sys, time\n"
         "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True)\n"
         f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{g.pid}}')\n"
+        "print('started', flush=True)\n"
         "time.sleep(120)\n"
     )
     proc = check.run([sys.executable, "-c", script], 3)
-    assert proc.timed_out
+    assert proc.timed_out and proc.output == "started\n"
     child, grandchild = (int(p) for p in pids.read_text().split())
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(alive(p) for p in (child, grandchild)):
         time.sleep(0.05)
     assert not alive(child) and not alive(grandchild)
-
-
 
 
 def test_fixture_helper_parses_a_report(tmp_path: Path) -> None:
@@ -236,36 +500,14 @@ def test_headlines_from_run_folders(tmp_path: Path) -> None:
         json.dumps({"cards": [{"kernels": [{"kernel": "sm90_xmma_fprop_nhwc"}], "timing": {"median_us": 1}}]}))
     (run / "diff.json").write_text(json.dumps({"cards": [{"card": "c-842ecd", "before_us": 20.0, "after_us": 10.0,
                                                           "speedup": 1.3, "timing_verdict": "FASTER",
-                                                          "verdict": "yes"}]}))
+                                                          "verdict": "yes", "class_before": "partial_wave_tail",
+                                                          "class_after": "compute_bound"}]}))
     text, numbers = gc._reprofile_headline(run)
-    assert "c-842ecd" in numbers and "0.50x report" in text and "(ncu)" in text
+    assert "c-842ecd" in numbers and "(ncu)" in text
+    assert "842ecd 10.0 us (0.50x report), compute_bound (report partial_wave_tail)" in text
     check = _check(tmp_path)
     check.harness_run = lambda step, name, args, timeout: (gc.Proc(0, False, 1.0, ""), run)  # type: ignore
-    outcome = gc.step_channels_last_ncu(check, gc.STEPS[6], 30)
+    outcome = gc.step_channels_last_ncu(check, STEPS["channels_last_ncu"], 30)
     assert outcome.numbers["baseline_transposes"] and outcome.numbers["variant_transposes"] == []
     assert "nchwToNhwc x1, nhwcToNchw x1" in outcome.result and "channels_last_3d: none" in outcome.result
-
-
-@pytest.mark.slow
-def test_the_device_forms_command_lines_compose(tmp_path: Path) -> None:
-    """Every harness command the device would run is a valid Hydra composition (`--cfg job`, no run)."""
-    check = _check(tmp_path, cuda=True, ncu="/usr/bin/true", ncu_ok=True, installed=True)
-    check.metrics_file = tmp_path / "names.txt"
-    captured: dict[str, list[str]] = {}
-
-    def capture(step, name, args, timeout):
-        captured[name] = args
-        return gc.Proc(1, False, 0.0, "error: not run"), tmp_path / "none"
-
-    check.harness_run = capture  # type: ignore[method-assign]
-    for step in gc.STEPS:
-        if step.name in ("reprofile_ncu", "stalls_ncu", "channels_last_ncu", "reproduction", "auto_trace"):
-            with pytest.raises(gc.StepFailed):
-                getattr(gc, f"step_{step.name}")(check, step, 60)
-    assert set(captured) == {"reprofile_ncu", "stalls_ncu", "channels_last_ncu", "reproduction", "auto_trace"}
-    assert "profiler=ncu" in captured["reprofile_ncu"] and "profiler=torch_cuda" in captured["auto_trace"]
-    for name, args in captured.items():
-        proc = subprocess.run([sys.executable, "-m", "harness", *args, "--cfg", "job"], check=False, capture_output=True,
-                              text=True, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-        assert proc.returncode == 0, f"{name}: {proc.stderr[-1500:]}"
-        assert "device: cuda" in proc.stdout, name
+    assert re.search(r"1\.30x FASTER, check yes$", outcome.result)
