@@ -112,6 +112,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     def account(reply: TrialResult) -> TrialResult:
         seconds = reply.seconds
         ctx.phases["measurement_s"] += seconds.get("timing_s", 0.0)
+        ctx.phases["checks_s"] = ctx.phases.get("checks_s", 0.0) + seconds.get("checks_s", 0.0)
         ctx.phases["profiling_s"] += seconds.get("profile_s", 0.0)
         ctx.phases["setup_s"] += seconds.get("setup_s", 0.0) + seconds.get("build_s", 0.0)
         started = worker.startups[seen[0]:]

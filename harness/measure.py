@@ -150,6 +150,65 @@ def _wrong_call(which: str, judged: Correctness, why: str) -> str:
     return f"its {which} call's output is wrong (max_rel {judged.max_rel:.3g} > bound {judged.bound:.3g}): {why}"
 
 
+@dataclass
+class _Inspection:
+    """A variant's calls judged beyond the first output, and the time those checks took (`checks_s`)."""
+
+    check: Callable[[Any], Correctness]
+    checks: TrialChecks
+    device: str
+    problem: str | None = None  # the first check that refused it
+    checks_s: float = 0.0
+    timing_s: float = 0.0  # the timed calls alone (measurement): the checks around them are not
+
+    def look(self, find: Callable[[], str | None]) -> None:
+        """Run one check unless an earlier one refused the variant; its time counts as the checks'."""
+        if self.problem is None:
+            t0 = time.perf_counter()
+            self.problem = find()
+            self.checks_s += time.perf_counter() - t0
+
+    def call_again(self, output: Any, which: str, why: str) -> str | None:
+        judged = self.check(output)
+        return None if judged.feasible else _wrong_call(which, judged, why)
+
+    def first_calls(self, fn: Callable[[], Any]) -> tuple[Correctness, int, str]:
+        """The first call judged, then the memory probe's call (the second) and the second draw."""
+        guard = self.checks.guard
+        output = fn()
+        _sync(self.device)
+        correctness = self.check(output)
+        if not correctness.feasible:
+            return correctness, *peak_memory_bytes(fn, self.device)[:2]
+        if guard is not None:
+            self.look(lambda: guard.aliased(output) or guard.check_and_restore())
+        del output
+        memory, method, second = peak_memory_bytes(fn, self.device)
+        self.look(lambda: self.call_again(second, "second", "state carried over from the first call (a buffer "
+                                          "that accumulates, a cache that serves an older output)"))
+        del second
+        if self.checks.second_draw is not None:
+            self.look(self.checks.second_draw)
+        return correctness, memory, method
+
+    def timed(self, fn: Callable[[], Any], settings: TimingSettings) -> tuple[TimingResult, dict[str, Any] | None]:
+        """The timing, its last call's output judged, and the time against the device's physical floor."""
+        timed = _LastOutput(fn)
+        t0 = time.perf_counter()
+        timing = time_callable(timed, self.device, settings)
+        self.timing_s = time.perf_counter() - t0
+        _sync(self.device)
+        self.look(lambda: self.call_again(timed.value, "last timed", "what it returns changes over repeated calls"))
+        timed.value = None
+        floor, slack = self.checks.floor, self.checks.slack
+        if floor is None or not slack:
+            return timing, None
+        impossible, physics = floor.judge(timing.median_us, slack)
+        if self.checks.enforce_floor:
+            self.look(lambda: impossible)
+        return timing, physics
+
+
 def measure(
     *,
     source_card: Card,
@@ -169,66 +228,39 @@ def measure(
     `check` judges an output (harness.correctness: against the workload's float64 reference). The first
     call is judged before anything is timed, so a wrong variant costs one call; then the second call (the
     memory probe's) and the last timed call are judged too, so state carried from call to call (a buffer
-    that accumulates, an output served from a cache) is caught; `checks` adds the inputs guard and the
-    device's physical floor. Any of them failing makes the card infeasible with that reason in its
-    correctness note. `spec` rebuilds the trial in another process, for profilers that need one (ncu).
+    that accumulates, an output served from a cache) is caught; `checks` adds the inputs guard, the second
+    draw and the device's physical floor. Any of them failing makes the card infeasible with that reason
+    in its correctness note. `spec` rebuilds the trial in another process, for profilers that need one (ncu).
     """
-    checks = checks or TrialChecks()
-    guard = checks.guard
+    inspection = _Inspection(check, checks or TrialChecks(), workload.device)
+    guard = inspection.checks.guard
     fn = prepared.fn
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
-    output = fn()
-    _sync(workload.device)
-    correctness = check(output)
-    problem = (guard.aliased(output) or guard.check_and_restore()) if guard and correctness.feasible else None
-    del output
-    memory, memory_method, second = peak_memory_bytes(fn, workload.device)
-    if correctness.feasible and problem is None:
-        again = check(second)
-        if not again.feasible:
-            problem = _wrong_call("second", again, "state carried over from the first call (a buffer that "
-                                  "accumulates, a cache that serves an older output)")
-    del second
-    if correctness.feasible and problem is None and checks.second_draw is not None:
-        problem = checks.second_draw()
+    correctness, memory, memory_method = inspection.first_calls(fn)
     phases["setup_s"] = time.perf_counter() - t0
-    timing = None
-    physics: dict[str, Any] | None = None
-    if correctness.feasible and problem is None:
-        t1 = time.perf_counter()
-        timed = _LastOutput(fn)
-        timing = time_callable(timed, workload.device, settings)
-        phases["timing_s"] = time.perf_counter() - t1
-        _sync(workload.device)
-        last = check(timed.value)
-        timed.value = None
-        if not last.feasible:
-            problem = _wrong_call("last timed", last, "what it returns changes over repeated calls")
-        if checks.floor is not None and checks.slack:
-            impossible, physics = checks.floor.judge(timing.median_us, checks.slack)
-            if checks.enforce_floor:
-                problem = problem or impossible
+    timing, physics = None, None
+    if correctness.feasible and inspection.problem is None:
+        timing, physics = inspection.timed(fn, settings)
+        phases["timing_s"] = inspection.timing_s
     # Whatever ran since the last look (the memory probe's call, the timed calls), the inputs are put back
     # before anything else is measured on them.
-    mutated = guard.check_and_restore() if guard else None
-    problem = problem or (mutated if correctness.feasible else None)
-    if problem is not None:
-        correctness = replace(correctness, feasible=False, note=problem)
-    if not correctness.feasible:
-        card = _card(source_card, [], timing, correctness, None, workload, prepared, label, environment,
-                     memory, memory_method, rules)
-        if physics is not None:
-            card.extra["physics"] = physics
-        return Measurement(card, timing, correctness, None, phases)
-    t2 = time.perf_counter()
-    if profiler is None:
-        profile = None
-    elif getattr(profiler, "needs_spec", False):
-        profile = profiler.profile(fn, workload.facts(), spec)
-    else:
-        profile = profiler.profile(fn, workload.facts())
-    phases["profile_s"] = time.perf_counter() - t2
+    if guard is not None and correctness.feasible:
+        inspection.look(guard.check_and_restore)
+    elif guard is not None:
+        guard.check_and_restore()
+    phases["checks_s"] = inspection.checks_s
+    if inspection.problem is not None:
+        correctness = replace(correctness, feasible=False, note=inspection.problem)
+        timing = None  # refused: its time is no result (the floor's evidence keeps the one that decided)
+    profile = None
+    if correctness.feasible:
+        t2 = time.perf_counter()
+        if profiler is not None and getattr(profiler, "needs_spec", False):
+            profile = profiler.profile(fn, workload.facts(), spec)
+        elif profiler is not None:
+            profile = profiler.profile(fn, workload.facts())
+        phases["profile_s"] = time.perf_counter() - t2
     card = _card(source_card, profile.kernels if profile else [], timing, correctness, profile, workload,
                  prepared, label, environment, memory, memory_method, rules)
     if physics is not None:
