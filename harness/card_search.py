@@ -181,7 +181,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
         except WorkerError as exc:
             again = TrialResult(TrialStatus.CRASHED, reason=str(exc))
         if again.ok:
-            drift.append({"after_trial": trial.number, "median_us": again.median_us})
+            drift.append({"after_trial": trial.number, "median_us": again.per_call_us})
         else:  # the trial itself was measured; only its drift check is lost
             trial.set_user_attr("drift_error", again.reason)
             log.warning("card %s: baseline re-timing after trial %d failed: %s", card.id, trial.number, again.reason)

@@ -81,8 +81,9 @@ def carry(workload: Workload, applied: Iterable[Mapping[str, Any]]) -> Workload:
     return dataclasses.replace(workload, inputs=inputs, layout=layout, dtype=dtype)
 
 
-def round_baseline(workload: Workload, applied: list[Mapping[str, Any]], load: Any) -> Any:
-    """The last applied variant, prepared on the inputs the ones before it left: round 2's baseline.
+def round_baseline(workload: Workload, applied: list[Mapping[str, Any]], load: Any) -> tuple[Any, Workload]:
+    """The last applied variant, prepared on the inputs the ones before it left: round 2's baseline, and
+    the workload it was prepared on (the calls of a batch it takes are that workload's).
 
     `load` is harness.experiment.load_experiment (passed in: this module stays free of experiments).
     """
@@ -92,7 +93,8 @@ def round_baseline(workload: Workload, applied: list[Mapping[str, Any]], load: A
     except Exception as exc:  # an experiment module that moved or is not on PYTHONPATH here
         raise RoundError(f"the applied variant {last['variant']} of {last.get('experiment')} cannot be rebuilt: "
                          f"{exc}") from None
-    return experiment.prepare(str(last["variant"]), carry(workload, applied[:-1]), dict(last.get("params") or {}))
+    prepared_on = carry(workload, applied[:-1])
+    return experiment.prepare(str(last["variant"]), prepared_on, dict(last.get("params") or {})), prepared_on
 
 
 def applied_entry(*, experiment: str, module: str, variant: str, params: Mapping[str, Any],

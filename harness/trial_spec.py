@@ -39,8 +39,9 @@ def build_trial_workload(spec: TrialJob, card: Card, experiment: Experiment) -> 
     return workload, carry(workload, applied)
 
 
-def prepare_baseline(spec: TrialJob, workload: Workload, experiment: Experiment) -> Prepared:
-    """The experiment's baseline; on a card with applied variants, the last of them (round 2 reproduces round 1)."""
+def prepare_baseline(spec: TrialJob, workload: Workload, experiment: Experiment) -> tuple[Prepared, Workload]:
+    """The experiment's baseline; on a card with applied variants, the last of them (round 2 reproduces round
+    1); and the workload it was prepared on."""
     if spec.applied:
         return round_baseline(workload, spec.applied, load_experiment)
-    return experiment.prepare(str(experiment.baseline_name), workload, {})
+    return experiment.prepare(str(experiment.baseline_name), workload, {}), workload

@@ -47,7 +47,8 @@ def test_channels_last_carries_its_layout_and_the_reference_stays_the_models(con
 
 def test_round_two_baseline_is_round_ones_adopted_variant(conv):
     entry = _adopted(vae_channels_last, "channels_last_3d", conv)
-    baseline = round_baseline(conv, [entry], load_experiment)
+    baseline, prepared_on = round_baseline(conv, [entry], load_experiment)
+    assert prepared_on.inputs["input"] is conv.inputs["input"]  # no earlier carry: the inputs as built
     adopted = vae_channels_last.EXPERIMENT.prepare("channels_last_3d", conv, {})
     assert torch.equal(baseline.fn(), adopted.fn())
     assert baseline.carries == adopted.carries and baseline.recipe == adopted.recipe

@@ -27,7 +27,7 @@ def run_trial(spec: TrialSpec, nvtx_range: str) -> None:
     experiment = load_experiment(spec.experiment_module)
     workload, carried = build_trial_workload(spec, card, experiment)
     if spec.role == BASELINE:
-        fn = prepare_baseline(spec, workload, experiment).fn
+        fn = prepare_baseline(spec, workload, experiment)[0].fn
     else:
         fn = experiment.prepare(spec.variant, carried, spec.params).fn
     if spec.warmup is None:  # under ncu, outside the NVTX range: nothing of it is profiled

@@ -45,10 +45,12 @@ class _CardState:
     baseline: Any  # the experiment's Prepared baseline
     guard: Any = None  # harness.input_guard.InputGuard over the inputs every variant is prepared on
     reference: Any = None  # the workload's float64 reference, once computed or loaded
-    # The float64 references of the card's draws and batches a variant was judged on, by (draw, calls).
+    # The float64 references of the card's workloads, draws and batches a variant was judged on, by
+    # (id of the workload, calls).
     references: dict[tuple[int, int], Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what could not be checked on this card, and why
     as_built: Any = None  # the card's workload before any carry: its run() is the original op
+    baseline_on: Any = None  # the workload the baseline was prepared on (a round-2 baseline's batch is its)
     # Emulated references by (draw, calls, precision, output dtype); evidence by prepared variant.
     emulated: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     evidence: dict[int, Any] = field(default_factory=dict)
@@ -84,7 +86,7 @@ class Server:
         self.state = state
         left: list[str] = []
         with torch_state.isolated(left):
-            state.baseline = prepare_baseline(job, workload, experiment)
+            state.baseline, state.baseline_on = prepare_baseline(job, workload, experiment)
         if left:
             raise RuntimeError(f"the baseline {leaves_state(left)}")
         # After the baseline's prepare: a layout or dtype it converts when it is prepared is not a mutation.
@@ -121,7 +123,8 @@ class Server:
             state.standard = anchored_standard(Rule.from_config(job.correctness), float(saved["baseline_error"]),
                                                parse_dtype(saved["baseline_dtype"]), state.workload.reduction_length,
                                                saved.get("adopted_precision"))
-        state.references[(0, 1)] = state.reference
+        for workload in (state.workload, state.as_built, state.baseline_on):  # a carry keeps the model's reference
+            state.references[(id(workload), 1)] = state.reference
         return state.reference
 
     def rules(self, cfg: Any) -> Any:
@@ -162,7 +165,7 @@ class Server:
         from harness.workloads.draws import batch_for
 
         workload = state.workload if workload is None else workload
-        key = (workload.draw, prepared.calls)
+        key = (id(workload), prepared.calls)  # the state holds every workload it judges on: ids stay unique
         if key not in state.references:
             source = batch_for(workload, prepared.calls) if prepared.calls > 1 else workload
             state.references[key] = source.reference(torch.float64)
@@ -182,7 +185,7 @@ class Server:
         from harness.precision import emulated_reference
         from harness.workloads.draws import batch_for
 
-        key = (workload.draw, calls, precision, str(output_dtype))
+        key = (id(workload), calls, precision, str(output_dtype))
         if key not in state.emulated:
             source = batch_for(workload, calls) if calls > 1 else workload
             try:
@@ -258,7 +261,8 @@ class Server:
             if job.role == BASELINE and not job.applied:
                 # The original op itself: it sets the standard, so it is feasible unless its output is malformed.
                 return judge_baseline(output, reference, state.standard.rule, state.workload.reduction_length)[1]
-            return self.judge(state, prepared, output)
+            # The round's baseline is judged on the workload it was prepared on (a batch it takes is that one's).
+            return self.judge(state, prepared, output, state.baseline_on if job.role == BASELINE else None)
         left = []
         with torch_state.isolated(left):
             m = measure(source_card=state.card, workload=state.workload, prepared=prepared, check=check,
