@@ -240,10 +240,15 @@ class CallBatch:
     stacked: dict[str, torch.Tensor]
     references: list[Callable[[torch.dtype], torch.Tensor]] = field(repr=False)  # each call's reference
     windows: FrameWindows | None = None  # conv3d: where each call reads in stacked["input"]
+    # The op's reference on the stacked activations, where the op is independent per row (a linear): the
+    # same numbers as the calls' references stacked, in one wide op instead of k (each widening the weight).
+    whole: Callable[[torch.dtype], torch.Tensor] | None = field(default=None, repr=False)
 
     def reference(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """Each call's reference stacked on dim 0, call-major: what a variant batching the k calls returns."""
         check_reference_dtype(dtype)
+        if self.whole is not None:
+            return self.whole(dtype)
         return torch.cat([reference(dtype) for reference in self.references])
 
 

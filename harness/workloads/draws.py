@@ -134,7 +134,9 @@ def independent_calls(w: Workload, k: int) -> CallBatch:
     others = [bind_call(w, activations_of(w, draw_key(w.draw, j))) for j in range(1, k)]
     inputs = [w.inputs, *(call_inputs for call_inputs, _ in others)]
     stacked = {name: torch.cat([call_inputs[name] for call_inputs in inputs]) for name in w.activations}
-    return CallBatch(k, inputs, stacked, [w.reference, *(bound.reference for _, bound in others)])
+    _, whole = bind_call(w, stacked)  # rows are independent: the op on all k calls' rows is their calls' ops
+    return CallBatch(k, inputs, stacked, [w.reference, *(bound.reference for _, bound in others)],
+                     whole=whole.reference)
 
 
 def batch_for(w: Workload, calls: int) -> CallBatch:
