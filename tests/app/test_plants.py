@@ -8,6 +8,7 @@ than the baseline (which does the linear twice), so "not faster" can never be wh
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Iterator
 
@@ -22,6 +23,9 @@ from harness.worker import CardSession, TrialWorker
 REPO = Path(__file__).resolve().parents[2]
 CARD = "dit-480-linear-m1170n5120k13824-ffde6a"
 SCALE = 0.05  # M 58, N 256, K 13824: the report's reduction length
+# The GPU check runs the suite on the device too (HARNESS_PLANTS_DEVICE=cuda), with the GPU's slack.
+DEVICE = os.environ.get("HARNESS_PLANTS_DEVICE", "cpu")
+SLACK = 2.0 if DEVICE.startswith("cuda") else 20.0
 
 
 class Plants:
@@ -42,9 +46,9 @@ class Plants:
 def plants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plants]:
     folder = tmp_path_factory.mktemp("plants")
     card = lint_report(load_report()).normalized.card(CARD)
-    job = TrialJob(card=card.to_dict(), experiment_module="tests.app.plants.plant_experiment", device="cpu",
+    job = TrialJob(card=card.to_dict(), experiment_module="tests.app.plants.plant_experiment", device=DEVICE,
                    scale=SCALE, correctness={"same_factor": 4, "lowered_factor": 4, "emulated_factor": 2},
-                   physics_slack=20.0, timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.05),
+                   physics_slack=SLACK, timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.05),
                    profiler={"name": "none"}, reference_path=str(folder / "reference.pt"))
     worker = TrialWorker(log_path=folder / "worker.log")
     session = CardSession(worker, job, deadline_s=300)
