@@ -66,6 +66,7 @@ from harness.profile.base import Profile, ProfilerUnavailable, WorkloadFacts
 from harness.profile.cpu_events import (
     CALL_LABEL,
     OpStats,
+    attach_input_dtypes,
     call_root,
     caller_chain,
     copy_role,
@@ -181,7 +182,9 @@ class CpuProfiler:
             for i in range(self.calls):
                 with record_function(f"{CALL_LABEL}#{i}"):
                     fn()
-        return prof.events()
+        events = prof.events()
+        attach_input_dtypes(prof, events)  # torch 2.11's FunctionEvents carry no input_dtypes
+        return events
 
     def _collect(self, events: Any, facts: WorkloadFacts) -> dict[str, OpStats]:
         stats: dict[str, OpStats] = {}

@@ -36,6 +36,37 @@ DTYPE_NAMES = {
     "bool": "bool",
 }
 
+def attach_input_dtypes(prof: Any, events: Any) -> None:
+    """Give each event its `input_dtypes` where torch.profiler left them off its FunctionEvents.
+
+    FunctionEvent.input_dtypes is missing in torch 2.11 (present in 2.13); its profiler keeps them on the
+    raw Kineto events (`_KinetoEvent.dtypes()`, one per input), whose correlation id is the FunctionEvent's
+    id. Without them the byte estimates count every tensor as the workload's dtype and a cast's copy_ is not
+    told from a layout conversion. An event whose raw twin is ambiguous or differs in shapes is left as it is
+    (tensor_inputs then falls back to the workload's dtype).
+    """
+    if not events or all(hasattr(event, "input_dtypes") for event in events):
+        return
+    try:
+        raw = list(prof.profiler.kineto_results.events())
+    except (AttributeError, RuntimeError):  # no Kineto results on this build: keep the fallback
+        return
+    by_id: dict[int, Any] = {}
+    seen: Counter = Counter()
+    for kineto_event in raw:
+        seen[kineto_event.correlation_id()] += 1
+        by_id[kineto_event.correlation_id()] = kineto_event
+    for event in events:
+        if hasattr(event, "input_dtypes"):
+            continue
+        twin = by_id.get(getattr(event, "id", None)) if seen[getattr(event, "id", None)] == 1 else None
+        if twin is None or not hasattr(twin, "dtypes"):
+            continue
+        shapes, dtypes = [list(s) for s in twin.shapes()], list(twin.dtypes())
+        if shapes == [list(s) for s in (event.input_shapes or [])] and len(dtypes) == len(shapes):
+            event.input_dtypes = dtypes
+
+
 def itemsize(dtype_name: str) -> int | None:
     import torch
 

@@ -281,6 +281,28 @@ def test_cast_has_bytes_but_no_flops(peaks):
     assert set(copy.extra["copy_roles"]) == {"cast"}
 
 
+def test_dtypes_come_from_the_raw_events_where_function_events_lack_them():
+    """torch 2.11's FunctionEvents have no input_dtypes (2.13's do): they are taken from the Kineto event
+    of the same correlation id, only where that id is unique and the shapes agree."""
+    from types import SimpleNamespace
+
+    from harness.profile.cpu_events import attach_input_dtypes
+
+    def raw(cid, shapes, dtypes):
+        return SimpleNamespace(correlation_id=lambda: cid, shapes=lambda: shapes, dtypes=lambda: dtypes)
+
+    cast = SimpleNamespace(id=5, input_shapes=[[3, 4], [3, 4], []])
+    other_shapes = SimpleNamespace(id=6, input_shapes=[[2, 2]])
+    ambiguous = SimpleNamespace(id=0, input_shapes=[])
+    kineto = [raw(5, [[3, 4], [3, 4], []], ["c10::BFloat16", "float", "Scalar"]), raw(6, [[4, 4]], ["float"]),
+              raw(0, [], []), raw(0, [], [])]
+    prof = SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: kineto)))
+    attach_input_dtypes(prof, [cast, other_shapes, ambiguous])
+    assert cast.input_dtypes == ["c10::BFloat16", "float", "Scalar"]
+    assert not hasattr(other_shapes, "input_dtypes") and not hasattr(ambiguous, "input_dtypes")
+    attach_input_dtypes(SimpleNamespace(), [SimpleNamespace(id=1, input_shapes=[])])  # no raw events: no error
+
+
 def test_profile_is_labelled_estimated_and_unknowable_fields_stay_none(peaks):
     a, w = torch.randn(128, 256), torch.randn(256, 256)
     facts = WorkloadFacts(flops=2.0 * 128 * 256 * 256, min_bytes=None, dtype="float32", op_kind="linear")
