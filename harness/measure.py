@@ -245,10 +245,10 @@ def measure(
         phases["timing_s"] = inspection.timing_s
     # Whatever ran since the last look (the memory probe's call, the timed calls), the inputs are put back
     # before anything else is measured on them.
-    if guard is not None and correctness.feasible:
-        inspection.look(guard.check_and_restore)
-    elif guard is not None:
-        guard.check_and_restore()
+    if guard is not None:
+        mutated = guard.check_and_restore()  # always: even after an earlier check refused the variant
+        if correctness.feasible:
+            inspection.look(lambda: mutated)
     phases["checks_s"] = inspection.checks_s
     if inspection.problem is not None:
         correctness = replace(correctness, feasible=False, note=inspection.problem)
