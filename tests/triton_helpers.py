@@ -25,8 +25,9 @@ def interpreter_results(script: str, timeout: float = 900) -> list[dict[str, Any
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    # The compat import first: Triton 3.6's interpreter (torch 2.11's) under NumPy >= 2.4 (its docstring).
+    done = subprocess.run([sys.executable, "-c", "import tests.triton_interpreter_compat\n" + script], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     line = next(line for line in done.stdout.splitlines() if line.startswith("RESULTS "))
     return json.loads(line[len("RESULTS "):])
