@@ -63,6 +63,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import json
 import math
 import os
@@ -652,7 +653,8 @@ def step_machine(check: Check, step: Step, timeout: float) -> Outcome:
     numbers["driver"] = driver.group(1) if driver else None
     gpu = info.get("device") or "no GPU"
     result = (f"{gpu}, driver {numbers['driver'] or '-'}; torch {info.get('torch')} (CUDA {info.get('torch_cuda')}), "
-              f"triton {info.get('triton') or '-'}, cupy {info.get('cupy') or '-'}, ncu {'at ' + check.ncu if check.ncu else 'absent'}; "
+              f"triton {info.get('triton') or '-'}, cupy {info.get('cupy') or '-'}, "
+              f"ncu {'at ' + check.ncu if check.ncu else 'absent'}; "
               f"python {info.get('python')}")
     if clocks:
         result += f"; nvidia-smi: {clocks[0]}"
@@ -763,19 +765,21 @@ def step_install(check: Check, step: Step, timeout: float) -> Outcome:
             absent_there[module] = missing
         else:
             broken[module] = result
-    numbers.update(modules_ok=len(ok), modules_total=len(modules), needs_preinstalled=sorted(set(absent_there.values())),
-                   import_failures=broken)
+    numbers.update(modules_ok=len(ok), modules_total=len(modules),
+                   needs_preinstalled=sorted(set(absent_there.values())), import_failures=broken)
     _write_json(check.work / "logs" / "import_sweep.json", modules)
     for module, result in sorted(broken.items()):
         check.say(f"  import {module}: {result}")
     check.installed = not found["problems"] and not broken
     size = sum(p.stat().st_size for p in wheels) / 2**20
-    where = "a scratch Python 3.12 (stand-ins for the machine's packages)" if check.dry_run else "the GPU machine's python3"
+    where = ("a scratch Python 3.12 (stand-ins for the machine's packages)" if check.dry_run
+             else "the GPU machine's python3")
     result = (f"{len(wheels)} wheels ({size:.1f} MiB) installed with --no-index --no-deps --target into {where} in "
               f"{numbers['pip_seconds']} s; requirement problems: {len(found['problems'])}; modules importing: "
               f"{len(ok)}/{len(modules)}")
     if absent_there:
-        result += f" (the other {len(absent_there)} need {', '.join(sorted(set(absent_there.values())))}: preinstalled there)"
+        result += (f" (the other {len(absent_there)} need {', '.join(sorted(set(absent_there.values())))}: "
+                   "preinstalled there)")
     if broken:
         result += f"; {len(broken)} fail: " + "; ".join(f"{m}: {r}" for m, r in sorted(broken.items())[:3])
     return Outcome("ok" if check.installed else "failed", result, numbers)
@@ -905,7 +909,8 @@ def step_ncu_preflight(check: Check, step: Step, timeout: float) -> Outcome:
     if failure is not None:
         check.ncu_reason = f"{failure.code}: {failure}"
     else:
-        check.ncu_reason = f"ncu exit {tiny_run.returncode}, no {SENTINEL_METRIC} recorded: {_error_line(tiny_run.output)}"
+        check.ncu_reason = (f"ncu exit {tiny_run.returncode}, no {SENTINEL_METRIC} recorded: "
+                            f"{_error_line(tiny_run.output)}")
     numbers["reason"] = check.ncu_reason
     return Outcome("failed", f"ncu cannot profile here ({check.ncu_reason}); the ncu steps are skipped; {listed}",
                    numbers)
@@ -938,7 +943,8 @@ def step_fixture(check: Check, step: Step, timeout: float) -> Outcome:
         return Outcome("failed", f"{target.name}: parsing it: {_error_line(parsed.output)}", numbers)
     return Outcome("ok", f"{target.name} ({target.stat().st_size / 1024:.0f} KiB) and its raw page: "
                          f"{found['kernels']} kernels, {found['fields']} report fields, {found['stalls']} stall ratios "
-                         f"(units {', '.join(found['stall_units']) or '-'}); the report and the CSV parse alike", numbers)
+                         f"(units {', '.join(found['stall_units']) or '-'}); the report and the CSV parse alike",
+                         numbers)
 
 
 def helper_parse_fixture(report: str, csv_path: str) -> int:
@@ -1002,7 +1008,8 @@ def _refusals(run_dir: Path) -> str:
                      for kind, entries in lists.items() for variant, why in entries.items())
 
 
-def _experiment(check: Check, step: Step, timeout: float, name: str, overrides: list[str], keep: str | None) -> tuple[Proc, Path]:
+def _experiment(check: Check, step: Step, timeout: float, name: str, overrides: list[str],
+                keep: str | None) -> tuple[Proc, Path]:
     args = [*check.common(check.device_form), *overrides]
     if check.device_form and keep:
         args += check.ncu_overrides(step, keep, timeout)
@@ -1113,7 +1120,8 @@ def step_conv_kernels_ncu(check: Check, step: Step, timeout: float) -> Outcome:
     diff = next(iter((_read_json(run_dir / "diff.json") or {}).get("cards") or []), {})
     best = _cards(run_dir / "tried.json")
     numbers = {"trials": tried, "speedup": diff.get("speedup"), "timing_verdict": diff.get("timing_verdict"),
-               "variant": (diff.get("variant") or {}).get("label"), "conv_evidence": (best[0].get("conv") if best else None)}
+               "variant": (diff.get("variant") or {}).get("label"),
+               "conv_evidence": (best[0].get("conv") if best else None)}
     text = "; ".join(f"{variant}: {', '.join(found['kernels']) or 'no kernels'}" for variant, found in tried.items())
     if diff.get("speedup"):
         text += f"; {numbers['variant']} {diff['speedup']:.2f}x {diff.get('timing_verdict')}"
@@ -1270,7 +1278,8 @@ def step_chunk_trace(check: Check, step: Step, timeout: float) -> Outcome:
     end = time.monotonic() + timeout
     for index, name in enumerate(names):
         left = max(MIN_STEP_S, (end - time.monotonic()) / (len(names) - index))
-        form = ["workload.scale=1.0", "search.n_trials=1", "profiler=torch_cuda"] if device_form else CPU_CHUNK_FORM[name]
+        form = (["workload.scale=1.0", "search.n_trials=1", "profiler=torch_cuda"] if device_form
+                else CPU_CHUNK_FORM[name])
         args = [a for a in check.common(device_form) if not a.startswith("workload.scale=")]
         proc, run_dir = check.harness_run(step, f"chunk_{name}", [*args, f"experiment={name}", *form], left)
         if proc.returncode != 0:
@@ -1380,7 +1389,8 @@ STEPS = [
     Step("plants", Work(other_s=40, other=f"pytest {_rel(PLANTS_TESTS)}: one worker, a trial per plant"), 0,
          ("cuda", "harness"), step_plants, f"the planted mistakes on CUDA ({PLANTS_DEVICE_VAR}=cuda)", plants_unmet),
     Step("conv_kernels_ncu", Work(starts=1, ncu_trials=2, confirms=1, other_s=5, other="a Triton compile"), 55,
-         ("cuda", "ncu", "harness"), step_conv_kernels_ncu, "vae_conv_kernels under ncu: cuDNN's kernels, a Triton tile"),
+         ("cuda", "ncu", "harness"), step_conv_kernels_ncu,
+         "vae_conv_kernels under ncu: cuDNN's kernels, a Triton tile"),
     Step("chunk_trace", Work(starts=2, trace_trials=4, confirms=2, other_s=10,
                              other="building a DiT block's 351 M weights and a VAE decoder chunk"), 80,
          ("cuda", "harness"), step_chunk_trace, "the chunk experiments under the CUDA trace: op breakdown"),
@@ -1452,7 +1462,7 @@ def run_steps(check: Check, names: list[str]) -> int:
                   f"{'' if entry.planned else ', not planned: on saved time'})")
         started = time.monotonic()
         check.step_dirs, check.record = [], record
-        check.progress = lambda: _progress(check, step, record, started)
+        check.progress = functools.partial(_progress, check, step, record, started)  # this step's, bound now
         try:
             outcome = step.run(check, step, check.step_timeout)
         except StepFailed as exc:
@@ -1530,7 +1540,8 @@ def main(argv: list[str] | None = None) -> int:
     check.say(f"gpu_check {check.summary['mode']}: steps {', '.join(names)}; deadline {args.deadline:.0f} s; "
               f"out {check.out}; work {check.work}")
     if "machine" not in names:  # the other steps need to know whether there is a GPU
-        check.cuda = not args.dry_run and _probe(check, "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)")
+        check.cuda = not args.dry_run and _probe(
+            check, "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)")
         check.dry_run = check.dry_run or not check.cuda
     if "install" not in names and not check.dry_run:  # installed earlier, or by hand
         check.installed = _probe(check, "import optuna, hydra, omegaconf")
@@ -1551,7 +1562,8 @@ def main(argv: list[str] | None = None) -> int:
         check.say(f"{record['name']:18} {record['status']:8} {record['seconds']:6.1f}  {record['result'][:160]}")
     check.say(f"{len(files)} files in {check.out}: {', '.join(files)} ({check.summary['seconds']:.0f} s in all)")
     if too_many or big:
-        check.say(f"problem: {'more than 8 files' if too_many else ''} {'over 15 MiB: ' + ', '.join(big) if big else ''}")
+        check.say(f"problem: {'more than 8 files' if too_many else ''} "
+                  f"{'over 15 MiB: ' + ', '.join(big) if big else ''}")
         failures += 1
     check.log_file.close()
     if not os.environ.get("GPU_CHECK_KEEP_WORK"):

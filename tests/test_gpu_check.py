@@ -297,7 +297,8 @@ def test_finished_trials_and_tests_are_read_back(tmp_path: Path) -> None:
     base = {"primary": "compute_bound", "variant": {"calls": 1}, "timing": {"median_us": 100.0},
             "report_card": {"primary": "compute_bound", "summed_kernel_us": 80.0}}
     (run / "baseline.json").write_text(json.dumps({"cards": [base]}))
-    (run / "trial_0000_cublaslt.json").write_text(json.dumps({"cards": [{"variant": {"calls": 2, "per_call_us": 40.0}}]}))
+    (run / "trial_0000_cublaslt.json").write_text(
+        json.dumps({"cards": [{"variant": {"calls": 2, "per_call_us": 40.0}}]}))
     (run / "tried.json").write_text(json.dumps({"cards": [{"harness": {"variant": "cublaslt"},
                                                            "confirmation": {"verdict": "FASTER", "speedup": 2.5}}]}))
     (run.parents[1] / "run.json").write_text(json.dumps({"phases": {"wall_s": 12.345, "worker_starts": 1}}))
@@ -305,8 +306,9 @@ def test_finished_trials_and_tests_are_read_back(tmp_path: Path) -> None:
     scanned = gc.scan_run(tmp_path / "auto")
     entry = scanned["cards"]["dit_gemm_tiles/dit-480-linear-m1170n5120k5120-b9770e"]
     assert entry["here_us"] == 100.0 and entry["trials"] == {"0000_cublaslt": 40.0}
-    assert gc.finished_text({"auto": scanned}) == ("1 card(s) finished: dit_gemm_tiles/b9770e 100.0 us (1.25x report), "
-                                                   "compute_bound (report compute_bound), 1 trial(s), cublaslt 2.50x FASTER")
+    assert gc.finished_text({"auto": scanned}) == (
+        "1 card(s) finished: dit_gemm_tiles/b9770e 100.0 us (1.25x report), "
+        "compute_bound (report compute_bound), 1 trial(s), cublaslt 2.50x FASTER")
     text = ("tests/a.py::test_one PASSED                [ 33%]\n"
             "tests/a.py::test_two[x-1] FAILED           [ 66%]\n"
             "tests/b.py::test_three SKIPPED (needs CUDA) [100%]\n"
