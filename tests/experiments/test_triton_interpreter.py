@@ -4,10 +4,8 @@ a GPU. Skipped without triton (`pip install triton`; no GPU needed)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -68,20 +66,19 @@ def test_triton_cast_kernel_compiles_for_hopper_with_the_vector_width_asked(vect
 
 @pytest.mark.triton
 def test_gpu_check_tiny_kernel_assembles_for_hopper(tmp_path: Path) -> None:
-    """The PTX the ncu preflight JIT-compiles on the device (scripts/gpu_check.py TINY) is valid sm_90 PTX."""
+    """The PTX the ncu preflight JIT-compiles on the device (harness.profile.ncu.probe TINY_KERNEL, which
+    scripts/gpu_check.py's ncu_preflight runs too) is valid sm_90 PTX."""
     triton = pytest.importorskip("triton")
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     if not ptxas.is_file():
         pytest.skip("this triton has no bundled ptxas")
-    spec = importlib.util.spec_from_file_location("gpu_check_tiny", ROOT / "scripts" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    ptx = re.search(r'PTX = b"""(.*?)"""', module.TINY, re.DOTALL).group(1)
+    from harness.profile.ncu.probe import TINY_KERNEL
+
+    ptx = re.search(r'PTX = b"""(.*?)"""', TINY_KERNEL, re.DOTALL).group(1)
     source = tmp_path / "tiny.ptx"
     source.write_text(ptx)
     done = subprocess.run([str(ptxas), "-arch=sm_90", str(source), "-o", str(tmp_path / "tiny.cubin")],
                           check=False, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "tiny.cubin").stat().st_size > 0
-    compile(module.TINY, "tiny_kernel.py", "exec")  # and the program around it is valid Python
+    compile(TINY_KERNEL, "tiny_kernel.py", "exec")  # and the program around it is valid Python
