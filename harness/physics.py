@@ -62,8 +62,13 @@ def device_peaks(device: str) -> list[RecordedPeaks]:
     return [p for p in found if p is not None]
 
 
-def floor_for(flops: float, min_bytes: float, calls: int, peaks: list[RecordedPeaks]) -> Floor | None:
-    """The floor of one invocation of `calls` calls, each of `flops` and `min_bytes`; None without peaks."""
+def floor_for(flops: float, min_bytes: float, calls: int, peaks: list[RecordedPeaks],
+              baseline_per_call_us: float | None = None) -> Floor | None:
+    """The floor of one invocation of `calls` calls, each of `flops` and `min_bytes`; None without peaks.
+
+    A peak measured while the machine was busy is too low, and the floor from it too high; the baseline's
+    own measured time (per call, times `calls`) proves the device can do the work that fast, so the floor
+    is never above it: a variant is refused only when it is `slack` times faster than both."""
     bandwidth = max((p.bandwidth for p in peaks if p.bandwidth), default=None)
     compute = max((p.compute for p in peaks if p.compute), default=None)
     bytes_us = min_bytes / bandwidth * 1e6 if bandwidth and min_bytes else None
@@ -72,4 +77,8 @@ def floor_for(flops: float, min_bytes: float, calls: int, peaks: list[RecordedPe
     if not parts:
         return None
     source = ", ".join(s for s in {p.bandwidth_source for p in peaks} | {p.compute_source for p in peaks} if s)
-    return Floor(max(parts), bytes_us, flops_us, bandwidth, compute, source)
+    floor = max(parts)
+    if baseline_per_call_us and baseline_per_call_us * calls < floor:
+        floor = baseline_per_call_us * calls
+        source += "; capped at the baseline's own measured time (the peaks read low)"
+    return Floor(floor, bytes_us, flops_us, bandwidth, compute, source)

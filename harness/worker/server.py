@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from harness import torch_state
+from harness.input_guard import InputGuard
 from harness.jobs import (
     BASELINE,
     JobKind,
@@ -24,8 +26,6 @@ from harness.jobs import (
     TrialStatus,
     per_call,
 )
-from harness import torch_state
-from harness.input_guard import InputGuard
 from harness.worker.protocol import is_out_of_memory, one_line
 
 
@@ -51,6 +51,7 @@ class _CardState:
     notes: list[str] = field(default_factory=list)  # what could not be checked on this card, and why
     as_built: Any = None  # the card's workload before any carry: its run() is the original op
     baseline_on: Any = None  # the workload the baseline was prepared on (a round-2 baseline's batch is its)
+    baseline_per_call_us: float | None = None  # its measured time: what the device can do, whatever the peaks say
     # Emulated references by (draw, calls, precision, output dtype); evidence by prepared variant.
     emulated: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     evidence: dict[int, Any] = field(default_factory=dict)
@@ -123,6 +124,7 @@ class Server:
             state.standard = anchored_standard(Rule.from_config(job.correctness), float(saved["baseline_error"]),
                                                parse_dtype(saved["baseline_dtype"]), state.workload.reduction_length,
                                                saved.get("adopted_precision"))
+            state.baseline_per_call_us = saved.get("baseline_per_call_us")
         for workload in (state.workload, state.as_built, state.baseline_on):  # a carry keeps the model's reference
             state.references[(id(workload), 1)] = state.reference
         return state.reference
@@ -224,7 +226,8 @@ class Server:
         floor = None
         if job.physics_slack:
             w = state.workload
-            floor = floor_for(w.flops, w.min_bytes, prepared.calls, device_peaks(w.device))
+            floor = floor_for(w.flops, w.min_bytes, prepared.calls, device_peaks(w.device),
+                              state.baseline_per_call_us if job.role != BASELINE else None)
         trial = job.role != BASELINE
         return TrialChecks(guard=state.guard, floor=floor, slack=job.physics_slack, enforce_floor=trial,
                            second_draw=(lambda: self.second_draw(state, job)) if trial else None)
@@ -284,9 +287,12 @@ class Server:
         if job.role == BASELINE:
             if not m.correctness.feasible:  # no variant can be held to a failing baseline
                 raise _Measured(str(path)) from RuntimeError(f"its output is unusable ({m.correctness.note})")
+            if m.timing is not None:
+                state.baseline_per_call_us = per_call(m.timing.median_us, prepared.calls)
             _save({"reference": reference.detach(), "baseline_error": state.standard.baseline_error,
                    "baseline_dtype": dtype_name(state.standard.dtype),
-                   "adopted_precision": state.standard.adopted_precision},
+                   "adopted_precision": state.standard.adopted_precision,
+                   "baseline_per_call_us": state.baseline_per_call_us},
                   Path(str(job.reference_path)))
         seconds = {**m.seconds, "reference_s": reference_s}
         seconds["setup_s"] = seconds.get("setup_s", 0.0) + reference_s  # the reference is set-up too
@@ -370,7 +376,8 @@ class Server:
             _restate(state, source, target, sides[key], pooled, medians[key], warmups[key])
         return TrialResult(
             TrialStatus.COMPLETE, seconds={"timing_s": seconds},
-            baseline_rounds=SideRounds([per_call(m, sides["base"].calls) for m in medians["base"]], sides["base"].calls),
+            baseline_rounds=SideRounds([per_call(m, sides["base"].calls) for m in medians["base"]],
+                                       sides["base"].calls),
             tried_rounds=SideRounds([per_call(m, tried.calls) for m in medians["best"]], tried.calls))
 
 
