@@ -119,6 +119,7 @@ def fp32_gemms(w: Workload, weight_layout: str = "nk") -> Prepared:
     for linear in module.modules():
         if isinstance(linear, ScopedLinear):
             linear.__class__ = Float32Linear
+            assert isinstance(linear, Float32Linear)  # (for mypy: reclassed in place)
             linear.weight_layout = weight_layout
             weight = linear.weight.data.float()
             linear.weight.data = weight.t().contiguous() if weight_layout == "kn" else weight

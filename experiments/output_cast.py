@@ -92,7 +92,9 @@ def torch_cast(w: Workload, memory_format: str = "contiguous", out: str = "new")
     frames = frames.contiguous(memory_format=FORMATS[memory_format])
     dst = _dst(w)
     if out == "new":
-        fn: Callable[[], torch.Tensor] = lambda: frames.to(dst)
+
+        def fn() -> torch.Tensor:
+            return frames.to(dst)
     else:
         buffer = torch.empty_like(frames, dtype=dst)  # keeps the frames' layout
 
@@ -223,7 +225,9 @@ def fused_producer(w: Workload, mode: str = "compiled") -> Prepared:
     target = frames.to(dst)  # the baseline's output, which the chain must reproduce
     x, nudged = producer_input(frames, target)
     if mode == "eager":
-        fn: Callable[[], torch.Tensor] = lambda: postprocess(x, dst)
+
+        def fn() -> torch.Tensor:
+            return postprocess(x, dst)
     else:
         compiled = _compiled(x, dst)
         try:
@@ -231,7 +235,9 @@ def fused_producer(w: Workload, mode: str = "compiled") -> Prepared:
         except Exception as exc:  # no C++ compiler, no Triton, an Inductor failure: say which
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise VariantSkipped(f"torch.compile of the postprocess failed on {w.device}: {first[:300]}") from None
-        fn = lambda: compiled(x)
+
+        def fn() -> torch.Tensor:
+            return compiled(x)
     # Bytes the chain must move: one pass reads x and writes uint8; eager adds three float round trips.
     src_b, dst_b = x.element_size(), torch.empty((), dtype=dst).element_size()
     per_element = src_b + dst_b if mode == "compiled" else 3 * 2 * src_b + src_b + dst_b

@@ -19,17 +19,17 @@ from typing import Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from harness.cards.measures import card_time_us
 from harness.auto import run_auto
+from harness.cards.measures import card_time_us
 from harness.config_schema import is_auto
 from harness.errors import HarnessError
 from harness.provenance import check_run_dir, claim_run_dir, resumable
 from harness.run import execute
 from harness.search import make_storage, note_interrupt, safe_to_interrupt
 from harness.stopping import record_stop
-from harness.validate import ConfigError, check_creatable, compose_checked, validate_config
+from harness.validate import ConfigError, check_creatable, compose_checked, plain_config, validate_config
 from harness.validate import hydra_error_line as _one_line
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -125,7 +125,7 @@ def resume_command(run_dir: Path) -> str:
 def app(cfg: DictConfig) -> float | None:
     install_signal_handlers()  # again: a launcher (submitit) may run this function without main()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    config = OmegaConf.to_container(cfg, resolve=True)
+    config = plain_config(cfg)
     if is_auto(config):
         try:  # auto's own identity; each sub-run claims its folder <run>/<experiment>/ in execute
             claim_run_dir(run_dir, config, device=str(config.get("device")),
@@ -155,8 +155,12 @@ def app(cfg: DictConfig) -> float | None:
           "measurement: the trials' timing, the baseline's drift re-times and the confirm rounds)")
     print((run_dir / "summary.md").read_text(encoding="utf-8"))
     print(f"outputs: {run_dir}  (summary.md, diff.md, diff.json, baseline.json, best.json, trials/, optuna.db)")
-    speedups = [card_time_us(o.baseline) / card_time_us(o.best)
-                for o in outcomes if o.best is not None]
+    speedups: list[float] = []
+    for o in outcomes:
+        if o.best is not None:
+            before, after = card_time_us(o.baseline), card_time_us(o.best)
+            assert before is not None and after is not None  # measured cards: each has its timing median
+            speedups.append(before / after)
     return min(speedups) if speedups else None
 
 
@@ -192,7 +196,7 @@ def _compose_experiment(name: str) -> dict[str, Any]:
     searchpath = _searchpath_overrides(list(HydraConfig.get().overrides.hydra))
     try:
         cfg = compose(config_name="config", overrides=[*searchpath, *overrides, f"experiment={name}"])
-        config = OmegaConf.to_container(cfg, resolve=True)
+        config = plain_config(cfg)
         validate_config(config)
     except (HydraException, OmegaConfBaseException) as exc:  # a user's experiment file the schema rejects
         raise ConfigError(f"experiment={name}: {_one_line(exc)}") from None

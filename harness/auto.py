@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from harness.cards.fields import UNRESOLVED
-from harness.chunks import add_chunk_cards
-from harness.report.html import render_index_html
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, Report, load_report, write_json_atomic, write_text_atomic
 from harness.cards.rules import RuleSet, classify_report
+from harness.chunks import add_chunk_cards
 from harness.config_schema import AUTO
 from harness.environment import resolve_device
 from harness.experiment import Experiment, ExperimentError, load_experiment
 from harness.overview import CardResult, render_end_to_end
 from harness.provenance import report_sha256
+from harness.report.html import render_index_html
 from harness.run import RunError, card_results, execute
 from harness.selection import SelectionError, in_scope, pick_cards
 from harness.workloads.base import CHUNK_OP_KINDS
@@ -68,7 +68,8 @@ def plan_auto(cards: list[Card], experiments: Mapping[str, Experiment],
         # A chunk card composes its op cards' counter-experiments: its experiments are those of its kind.
         chunk = card.op_kind in CHUNK_OP_KINDS
         matched = [name for name, e in experiments.items()
-                   if e.applies_to(card.op_kind) and (chunk or wanted in e.classes) and in_scope(card, scopes.get(name))]
+                   if e.applies_to(card.op_kind) and (chunk or wanted in e.classes)
+                   and in_scope(card, scopes.get(name))]
         if not matched:
             plan.unmatched[card.id] = (f"no experiment claims {card.op_kind} cards of class {card.primary}"
                                        if card.primary else f"no experiment claims unclassified {card.op_kind} cards")

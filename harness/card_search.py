@@ -19,13 +19,14 @@ from tqdm import tqdm
 from harness.cards.checks import check_named
 from harness.cards.model import Card, Report, ReportError, load_report, save_report
 from harness.cards.noise import paired_verdict
+from harness.jobs import OUTCOMES, ConfirmPlan, Judgement, TimingSettings, TrialJob, TrialResult, TrialStatus, status_of
 from harness.rounds import (
     APPLIED_KEY,
+    RoundError,
     adopted_by_card,
     applied_entry,
     applied_of,
     label_text,
-    RoundError,
 )
 from harness.run_state import CardOutcome, RunContext, RunError, same_band
 from harness.search import (
@@ -37,7 +38,6 @@ from harness.search import (
     remaining_trials,
     suggest,
 )
-from harness.jobs import OUTCOMES, ConfirmPlan, Judgement, TimingSettings, TrialJob, TrialResult, TrialStatus, status_of
 from harness.worker import (
     CardSession,
     TrialFailed,
@@ -74,7 +74,8 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
         applied = applied_of(card.extra)  # variants earlier rounds adopted: the baseline builds on them
     except RoundError as exc:
         raise RunError(f"card {card.id}: {exc}") from None
-    label = {"experiment": experiment.name, "variant": experiment.baseline_name, "params": {},
+    assert experiment.baseline_name is not None  # load_experiment refuses an experiment without a baseline
+    label: dict[str, Any] = {"experiment": experiment.name, "variant": experiment.baseline_name, "params": {},
              "role": "baseline", "report": report_path or "(shipped)", "run": str(ctx.run_dir.resolve()),
              "hypothesis": experiment.hypothesis, "check": experiment.check}
     check_module = check_named(experiment.check).module
@@ -219,10 +220,12 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     best = best_feasible(study)
     if best is not None:
         outcome.tried = load_report(best.user_attrs["card"]).cards[0]
-        outcome.tried_variant = best.user_attrs.get("variant")
+        tried_variant = best.user_attrs.get("variant")
+        assert isinstance(tried_variant, str)  # every trial records its variant first (objective)
+        outcome.tried_variant = tried_variant
         outcome.tried_params = {k.split(".", 1)[-1]: v for k, v in best.params.items() if k != "variant"}
         reply, outcome.confirmation = confirm(ctx, session, trials_dir, best.user_attrs["card"],
-                                              outcome.tried_variant, outcome.tried_params)
+                                              tried_variant, outcome.tried_params)
         account(reply)
         if reply.ok and reply.tried_rounds is not None:  # the child restated both cards from the rounds
             base_card = outcome.baseline = load_report(trials_dir / "baseline.json").cards[0]
@@ -231,7 +234,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
         if outcome.adopted:  # what the next round's baseline is built from (harness.rounds)
             built_in = applied[0].get("workload_dtype") if applied else experiment.workload_dtype
             outcome.tried.extra[APPLIED_KEY] = [*applied, applied_entry(
-                experiment=experiment.name, module=cfg["experiment"]["module"], variant=outcome.tried_variant,
+                experiment=experiment.name, module=cfg["experiment"]["module"], variant=tried_variant,
                 params=outcome.tried_params, facts=outcome.tried.extra.get("variant") or {},
                 workload_dtype=built_in, confirmation=outcome.confirmation, run=label["run"],
                 precision=_judged_precision(outcome.tried))]

@@ -51,7 +51,7 @@ OTHER = "other"  # op_breakdown's entry for the ops no contained card stands for
 PRIMED_FRAMES = 2  # frames decoded before the chunk: the cache's steady state (harness.workloads.vae_decode)
 REALTIME_CHUNK_FRAMES = 3  # latent frames per chunk (docs/domain.md) when the report has no post_quant_conv card
 
-Key = tuple[int, int, int, int, int, int]  # (Cin, Cout, kT, kH, kW, level)
+Key = tuple[int, ...]  # (Cin, Cout, kT, kH, kW, level)
 
 
 def conv3d_key(input_shape: Sequence[int], weight_shape: Sequence[int], latent_h: int) -> Key | None:

@@ -12,7 +12,7 @@ settings, in its YAML file (a field without a default here is MISSING until a fi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Mapping
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -80,7 +80,7 @@ class ExperimentConfig:
     module: str = MISSING  # the Python module that registers the experiment
     correctness: CorrectnessConfig = field(default_factory=CorrectnessConfig)
     # Variants Optuna searches, each with its parameters' choices (empty: no parameters); null: none.
-    space: Optional[Dict[str, Any]] = None
+    space: dict[str, Any] | None = None
     # Which cards a run takes without cards=: a selection rule (harness.selection) or card ids.
     default_cards: Any = None
     # An earlier run's diff.json (or a list of them) whose op cards predict a chunk card's speedup.
@@ -97,16 +97,16 @@ class SearchConfig:
     sampler: str = one_of(MISSING, *SAMPLERS)
     exhaustive_max: int = bounded(low=1)
     n_trials: int = bounded(low=1)
-    timeout: Optional[float] = bounded(low=0, low_open=True)
-    storage: Optional[str] = MISSING
+    timeout: float | None = bounded(low=0, low_open=True)
+    storage: str | None = MISSING
     resume: bool = MISSING
-    seed: Optional[int] = bounded(low=0)
-    trial_deadline_s: Optional[float] = bounded(low=0, low_open=True)
-    worker_memory_limit_gb: Optional[float] = bounded(low=0, low_open=True)
-    heartbeat_interval_s: Optional[int] = bounded(low=1)
-    grace_period_s: Optional[int] = bounded(low=1)
-    max_retry: Optional[int] = bounded(low=0)
-    worker: Optional[Union[int, str]] = MISSING
+    seed: int | None = bounded(low=0)
+    trial_deadline_s: float | None = bounded(low=0, low_open=True)
+    worker_memory_limit_gb: float | None = bounded(low=0, low_open=True)
+    heartbeat_interval_s: int | None = bounded(low=1)
+    grace_period_s: int | None = bounded(low=1)
+    max_retry: int | None = bounded(low=0)
+    worker: int | str | None = MISSING
 
 
 @dataclass
@@ -131,7 +131,7 @@ class PhysicsSlackConfig:
 class TimingConfig:
     # Calls before the first timed sample: null warms up until the timing is stable (the median of the
     # last 3 calls within 10% of the 3 before); an integer makes exactly that many.
-    warmup: Optional[int] = bounded(None, low=0)
+    warmup: int | None = bounded(None, low=0)
     min_repeats: int = bounded(5, low=1)
     budget_s: float = bounded(0.4, low=0, low_open=True)
     # The baseline is re-timed between trials with this budget to catch drift.
@@ -146,14 +146,14 @@ class TimingConfig:
     physics_slack: PhysicsSlackConfig = field(default_factory=PhysicsSlackConfig)
     # CPU only: torch threads of the measuring worker; null keeps torch's default (one per core). On a
     # shared machine, 1 avoids the multi-millisecond stalls of threads waiting for a busy core.
-    cpu_threads: Optional[int] = bounded(None, low=1)
+    cpu_threads: int | None = bounded(None, low=1)
 
 
 @dataclass
 class WorkloadConfig:
     # Shrinks the largest dimensions so a small machine can run the cards; recorded in every card.
     # null: 1.0 on cuda, cpu_scale on cpu.
-    scale: Optional[float] = bounded(None, low=0, high=1, low_open=True)
+    scale: float | None = bounded(None, low=0, high=1, low_open=True)
     cpu_scale: float = bounded(0.25, low=0, high=1, low_open=True)
     seed: int = bounded(0, low=0)
     # The workloads' own settings, with their defaults (harness.workloads.attention, .cast).
@@ -164,7 +164,7 @@ class WorkloadConfig:
 @dataclass
 class InputsConfig:
     # Folder of captured inputs named by their sha256 (<sha256>.safetensors or .pt); null: synthetic.
-    dir: Optional[str] = None
+    dir: str | None = None
 
 
 @dataclass
@@ -181,12 +181,12 @@ class AutoConfig:
 @dataclass
 class HarnessConfig:
     # null for experiment=auto (conf/experiment/auto.yaml): auto composes each experiment's own config.
-    experiment: Optional[ExperimentConfig] = field(default_factory=ExperimentConfig)
+    experiment: ExperimentConfig | None = field(default_factory=ExperimentConfig)
     profiler: Any = MISSING  # conf/profiler/NAME.yaml: each backend has keys of its own
     search: SearchConfig = field(default_factory=SearchConfig)
     rules: Any = MISSING  # conf/rules/default.yaml, checked by harness.cards.rules.RuleSet
     # A report path; null means the baseline report shipped inside the package.
-    report: Optional[str] = None
+    report: str | None = None
     # Which cards to run: null (the experiment's default selection), a list of card ids, or a filter
     # such as {stage: vae, op: conv3d, resolution: 480x832}. `python -m harness.cards show` lists ids.
     cards: Any = None

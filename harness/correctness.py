@@ -104,14 +104,13 @@ supplies about the other calls is trusted: it names no expected output of its ow
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
-
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import torch
 
+from harness.errors import HarnessError
 from harness.workloads.base import WorkloadError, dtype_name, parse_dtype
 
 if TYPE_CHECKING:  # harness.precision imports this module

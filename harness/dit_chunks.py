@@ -59,6 +59,13 @@ def _attention_params(card: Card) -> dict[str, Any] | None:
     return params if params.get("role") in ("self", "cross") and params.get("valid_keys") else None
 
 
+def _known_attention_params(card: Card) -> dict[str, Any]:
+    """_attention_params of a card already found to have them."""
+    params = _attention_params(card)
+    assert params is not None
+    return params
+
+
 def _by_shape(cards: list[Card], key: Callable[[Card], Any]) -> dict[Any, list[Card]]:
     """Cards grouped by `key`, the ones with a kernel-duration sum first (then in report order)."""
     groups: dict[Any, list[Card]] = {}
@@ -70,7 +77,7 @@ def _by_shape(cards: list[Card], key: Callable[[Card], Any]) -> dict[Any, list[C
 def _linear_ops(cards: list[Card], tokens: int) -> dict[str, dict[str, Any]]:
     rows = [c for c in cards if c.op_kind == "linear" and isinstance(c.shape_parameters, dict)
             and c.shape_parameters.get("M") == tokens]
-    by_nk: dict[tuple[int, int], list[Card]] = {}
+    by_nk: dict[tuple[Any, Any], list[Card]] = {}  # by the cards' N and K (JSON values)
     for card in rows:
         by_nk.setdefault((card.shape_parameters.get("N"), card.shape_parameters.get("K")), []).append(card)
     ops: dict[str, dict[str, Any]] = {}
@@ -96,9 +103,9 @@ def _dit_chunk_card(resolution: str, cards: list[Card]) -> Card | None:
     if not ops:
         return None
     attention = [(c, p) for c in cards if c.op_kind == "attention" and (p := _attention_params(c)) is not None]
-    groups = _by_shape([c for c, _ in attention], lambda c: tuple(sorted(_attention_params(c).items())))
+    groups = _by_shape([c for c, _ in attention], lambda c: tuple(sorted(_known_attention_params(c).items())))
     same_shape = {group[0].id: [c.id for c in group[1:]] for group in groups.values() if len(group) > 1}
-    first = {group[0].id: _attention_params(group[0]) for group in groups.values()}
+    first = {group[0].id: _known_attention_params(group[0]) for group in groups.values()}
     selfs = sorted((p["valid_keys"], cid) for cid, p in first.items() if p["role"] == "self")
     steady = [cid for valid, cid in selfs if valid > queries]
     shape = {"tokens": tokens, "ranks": ULYSSES_RANKS, "valid_keys": queries, "allocated_keys": queries,

@@ -149,6 +149,7 @@ def _pci_bus_id(index: int) -> str | None:
     """The device's PCI address as NVML spells it ("00000000:3B:00.0"), from torch's properties."""
     try:
         props = torch.cuda.get_device_properties(index)
-        return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+        # torch's stub of _CudaDeviceProperties lacks the PCI fields its runtime object has
+        return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"  # type: ignore[attr-defined]
     except Exception:  # an older torch without the PCI fields
         return None

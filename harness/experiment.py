@@ -19,8 +19,6 @@ trial's workload is built (harness.trial_spec.build_trial_workload).
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
-
 import importlib
 import inspect
 from dataclasses import InitVar, dataclass, field
@@ -29,10 +27,10 @@ from typing import Any, Callable, overload
 import torch
 
 from harness.correctness import CorrectnessError, unit_roundoff
+from harness.errors import HarnessError
 from harness.optional import needs_module
 from harness.rounds import RoundError, check_carries
 from harness.workloads.base import Workload, WorkloadError
-
 
 EXPECTED_REMOVED = ("Prepared.expected is no longer taken: build the k calls with w.calls(k); the harness computes "
                     "each call's float64 reference")

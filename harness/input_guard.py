@@ -54,7 +54,8 @@ class InputGuard:
             for name, tensor in self._inputs.items():
                 pristine = self._pristine[name]
                 if tensor.shape != pristine.shape or tensor.stride() != pristine.stride():
-                    tensor.set_(pristine.clone(memory_format=torch.preserve_format))
+                    # torch's stub types set_'s source as a Storage only; it documents and takes a tensor
+                    tensor.set_(pristine.clone(memory_format=torch.preserve_format))  # type: ignore[call-overload]
                 else:
                     tensor.copy_(pristine)
 

@@ -8,11 +8,12 @@ number came from: `metrics_source` per kernel, and `timing`, `memory`, `correctn
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 
@@ -25,10 +26,9 @@ from harness.experiment import Prepared
 from harness.input_guard import InputGuard
 from harness.jobs import TimingSettings, TrialJob, per_call
 from harness.physics import Floor
-from harness.profile.base import Profile, Profiler
+from harness.profile.base import Profile, Profiler, SpecProfiler
 from harness.profile.timing import TimingResult, time_cpu, warm_up
 from harness.workloads.base import Workload
-
 
 
 def _rss_bytes() -> int:
@@ -146,6 +146,10 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _aliased_or_changed(guard: InputGuard, output: Any) -> str | None:
+    return guard.aliased(output) or guard.check_and_restore()
+
+
 def _wrong_call(which: str, judged: Correctness, why: str) -> str:
     return f"its {which} call's output is wrong (max_rel {judged.max_rel:.3g} > bound {judged.bound:.3g}): {why}"
 
@@ -180,12 +184,13 @@ class _Inspection:
         correctness = self.check(output)
         if not correctness.feasible:
             return correctness, *peak_memory_bytes(fn, self.device)[:2]
+        # Bound with partial, not a closure over the names deleted below (look runs each check at once).
         if guard is not None:
-            self.look(lambda: guard.aliased(output) or guard.check_and_restore())
+            self.look(functools.partial(_aliased_or_changed, guard, output))
         del output
         memory, method, second = peak_memory_bytes(fn, self.device)
-        self.look(lambda: self.call_again(second, "second", "state carried over from the first call (a buffer "
-                                          "that accumulates, a cache that serves an older output)"))
+        self.look(functools.partial(self.call_again, second, "second", "state carried over from the first call "
+                                    "(a buffer that accumulates, a cache that serves an older output)"))
         del second
         if self.checks.second_draw is not None:
             self.look(self.checks.second_draw)
@@ -257,7 +262,7 @@ def measure(
     if correctness.feasible:
         t2 = time.perf_counter()
         if profiler is not None and getattr(profiler, "needs_spec", False):
-            profile = profiler.profile(fn, workload.facts(), spec)
+            profile = cast(SpecProfiler, profiler).profile(fn, workload.facts(), spec)
         elif profiler is not None:
             profile = profiler.profile(fn, workload.facts())
         phases["profile_s"] = time.perf_counter() - t2

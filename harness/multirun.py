@@ -79,7 +79,7 @@ def read_job(sweep_dir: Path, folder: Path) -> Job:
     job_dir = sweep_dir / folder
     overrides = [str(o) for o in OmegaConf.load(job_dir / ".hydra" / "overrides.yaml")]
     config_path = job_dir / ".hydra" / "config.yaml"
-    config = OmegaConf.to_container(OmegaConf.load(config_path)) if config_path.is_file() else None
+    config: Any = OmegaConf.to_container(OmegaConf.load(config_path)) if config_path.is_file() else None  # a job's YAML
     experiment = run_name(config) if isinstance(config, dict) and "experiment" in config else "?"
     summary_path = job_dir / "summary.md"
     try:

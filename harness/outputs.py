@@ -18,16 +18,16 @@ from harness.cards.diff import (
     speedup_text,
     verdict_text,
 )
-from harness.report.html import write_run_html
 from harness.cards.labels import transition
-from harness.cards.measures import TIMING_BASIS
 from harness.cards.measured import experiment_evidence, facts_not_in_tables
+from harness.cards.measures import TIMING_BASIS
 from harness.cards.model import Card, Report, save_report, write_json_atomic, write_text_atomic
 from harness.cards.rules import RuleSet, class_counts, rules_text
 from harness.chunks import attach_op_breakdowns
 from harness.experiment import Experiment
 from harness.overview import CardResult, render_end_to_end
 from harness.recipe import render_recipe
+from harness.report.html import write_run_html
 from harness.run_state import CardOutcome, RunContext, baseline_only, same_band
 
 log = logging.getLogger("harness")
@@ -169,8 +169,9 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
         lines += [f"- `{o.card_id}` {line[2:]}" for line in _evidence_lines("baseline", o.baseline)]
         if o.tried is not None:
             lines += [f"- `{o.card_id}` {line[2:]}" for line in _evidence_lines("variant", o.tried)]
-        for title, entries in (("skipped", o.skipped), ("infeasible (its output off the float64 reference, or a check of the harness refused it; never best)",
-                                o.infeasible),
+        for title, entries in (("skipped", o.skipped),
+                               ("infeasible (its output off the float64 reference, or a check of the harness refused "
+                                "it; never best)", o.infeasible),
                                ("failed", o.failed)):
             for key, why in entries.items():
                 lines.append(f"- `{o.card_id}` {key}: {title}: {why}")

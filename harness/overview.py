@@ -75,8 +75,9 @@ def render_end_to_end(report: Report, results: list[CardResult], measured_on: st
                       report_device: str = "H200") -> str:
     """Markdown: per card share and saving, then per resolution and stage totals."""
     chosen = best_per_card(results)
-    stage_total: dict[tuple[str, str], float] = defaultdict(float)
-    resolution_total: dict[str, float] = defaultdict(float)
+    # Keyed by the card's resolution (None for a card without one) and stage.
+    stage_total: dict[tuple[str | None, str], float] = defaultdict(float)
+    resolution_total: dict[str | None, float] = defaultdict(float)
     for card in report.cards:
         stage_total[(card.resolution, card.stage)] += _us(card)
         resolution_total[card.resolution] += _us(card)
@@ -93,8 +94,8 @@ def render_end_to_end(report: Report, results: list[CardResult], measured_on: st
         "time verdict (what decided it) | check | saves us |",
         "|---|---|---:|---:|---:|---|---:|---|---|---:|",
     ]
-    saved: dict[tuple[str, str], float] = defaultdict(float)
-    measured: dict[tuple[str, str], float] = defaultdict(float)
+    saved: dict[tuple[str | None, str], float] = defaultdict(float)
+    measured: dict[tuple[str | None, str], float] = defaultdict(float)
     reasons: set[str] = set()
     for card_id, result in chosen.items():
         card = result.card

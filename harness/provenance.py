@@ -16,8 +16,6 @@ sub-run's, so no two experiments ever share a folder, nor a `trials/<card>/` fol
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
-
 import hashlib
 import json
 import sqlite3
@@ -27,6 +25,7 @@ from typing import Any, Mapping
 
 from harness.cards.model import default_report_path, write_json_atomic
 from harness.config_schema import AUTO, is_auto
+from harness.errors import HarnessError
 
 IDENTITY_FILE = "run_identity.json"
 STUDY_FILE = "optuna.db"  # the default storage, in the run directory (harness.run.execute)

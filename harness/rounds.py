@@ -14,13 +14,12 @@ Nothing here is timed; the worker calls `round_workload` and `round_baseline` wh
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
-
 import dataclasses
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
+from harness.errors import HarnessError
 from harness.workloads.base import Workload, WorkloadError, parse_dtype, parse_layout
 
 APPLIED_KEY = "applied"
@@ -81,7 +80,7 @@ def carry(workload: Workload, applied: Iterable[Mapping[str, Any]]) -> Workload:
     return dataclasses.replace(workload, inputs=inputs, layout=layout, dtype=dtype)
 
 
-def round_baseline(workload: Workload, applied: list[Mapping[str, Any]], load: Any) -> tuple[Any, Workload]:
+def round_baseline(workload: Workload, applied: Sequence[Mapping[str, Any]], load: Any) -> tuple[Any, Workload]:
     """The last applied variant, prepared on the inputs the ones before it left: round 2's baseline, and
     the workload it was prepared on (the calls of a batch it takes are that workload's).
 
@@ -98,7 +97,7 @@ def round_baseline(workload: Workload, applied: list[Mapping[str, Any]], load: A
 
 
 def applied_entry(*, experiment: str, module: str, variant: str, params: Mapping[str, Any],
-                  facts: Mapping[str, Any], workload_dtype: str, confirmation: Mapping[str, Any] | None,
+                  facts: Mapping[str, Any], workload_dtype: str | None, confirmation: Mapping[str, Any] | None,
                   run: str, precision: str | None = None) -> dict[str, Any]:
     """What a kept card records of the variant this run adopted (read back by the next round); `precision`,
     the lowered precision it was judged at (None: the original op's), holds every later round to it."""

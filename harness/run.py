@@ -109,7 +109,8 @@ def execute(cfg: Mapping[str, Any], run_dir: Path) -> tuple[RunContext, list[Car
         # The profiler's fallback notes travel in the environment: run.json (also a stopped run's) and summary.md.
         environment={**describe_environment(device, cfg), "profiler_notes": list(notes)}, storage=storage,
         report=normalized,
-        settings=TimingSettings(warmup=None if timing["warmup"] is None else int(timing["warmup"]), min_repeats=int(timing["min_repeats"]),
+        settings=TimingSettings(warmup=None if timing["warmup"] is None else int(timing["warmup"]),
+                                min_repeats=int(timing["min_repeats"]),
                                 budget_s=float(timing["budget_s"]), cuda_graph=bool(timing.get("cuda_graph"))),
         not_drawn=not_drawn,
     )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -11,6 +9,7 @@ from typing import Any, Mapping
 from harness.cards.diff import ReportDiff
 from harness.cards.model import Card, Report
 from harness.cards.rules import RuleSet
+from harness.errors import HarnessError
 from harness.experiment import Experiment
 from harness.measure import TimingSettings
 from harness.profile.base import Profiler

@@ -4,9 +4,9 @@
 
 - filters: `stage`, `op`, `op_kind`, `resolution`, `class`. `class` is one class or a list; `none` stands
   for a card the rules leave without a class (taken wherever unresolved cards are), and `experiment` for
-  the classes whose counter-experiment the experiment tests (`Experiment.classes`). `resolution` is a resolution ("480x832") or `smallest`,
-  `largest`, or `smallest_on_cpu` (the smallest on a CPU, every resolution on a GPU: a CPU run stays
-  within its budget, a GPU run covers the report);
+  the classes whose counter-experiment the experiment tests (`Experiment.classes`). `resolution` is a
+  resolution ("480x832") or `smallest`, `largest`, or `smallest_on_cpu` (the smallest on a CPU, every
+  resolution on a GPU: a CPU run stays within its budget, a GPU run covers the report);
 - `shape`: shape parameters a card must have, e.g. `{N: 64}` (each named parameter equal to the value);
 - `costliest: N` (or `cheapest: N`), the N cards with the largest (smallest) summed kernel time in the
   report, then nominal FLOPs for cards the report gives no time, in each group of `per` (a key or a
@@ -17,13 +17,12 @@ An experiment's own op kinds are applied before `costliest`, so "the 3 costliest
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
-
 from typing import Any, Iterable, Mapping, Sequence
 
 from harness.cards.fields import UNRESOLVED
 from harness.cards.model import Card, Report
 from harness.cards.selection_messages import no_card_message
+from harness.errors import HarnessError
 from harness.workloads.base import parse_resolution
 
 FILTER_KEYS = ("stage", "op", "op_kind", "resolution", "class")

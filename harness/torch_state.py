@@ -109,8 +109,10 @@ class StateNotRestored(RuntimeError):
 class Setting:
     key: str  # the snapshot's key, which cards record (the six settings pinned before keep their old keys)
     label: str  # the expression that reads it: the name `changed` gives it
-    read: Callable[[], Any]  # the current value, JSON-ready
-    write: Callable[[Any], None] | None  # None: torch cannot set it again in this process
+    # `...`: called with no arguments (read) or the value (write), and many are lambdas that bind a loop's
+    # values as default arguments, which mypy cannot match to a fixed signature. What write returns is unused.
+    read: Callable[..., Any]  # the current value, JSON-ready
+    write: Callable[..., object] | None  # None: torch cannot set it again in this process
     available: Callable[[], bool] = lambda: True  # False: not readable now (CUDA not initialized, ...)
     initial: Callable[[], Any] | None = None  # the value before it became readable, when known
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from harness.cards.model import Card
 from harness.experiment import Experiment, Prepared, load_experiment
-from harness.jobs import BASELINE, TrialJob
+from harness.jobs import TrialJob
 from harness.rounds import carry, round_baseline
 from harness.workloads.attention import AttentionConfig
 from harness.workloads.base import Workload

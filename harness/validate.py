@@ -10,21 +10,20 @@ key the schema lacks) into the same messages as `problems`, which checks the com
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
-
 import dataclasses
 import difflib
 import os
 import tempfile
 import types
 import typing
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeGuard, cast
 
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from harness.config_schema import AUTO, BOUNDS, CHOICES, OPEN_SECTIONS, Bounds, HarnessConfig
+from harness.errors import HarnessError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
@@ -52,11 +51,11 @@ def _setting(hint: Any, metadata: Mapping[str, Any]) -> Setting:
     nullable = type(None) in members
     if nullable:
         rest = tuple(m for m in members if m is not type(None))
-        hint = rest[0] if len(rest) == 1 else typing.Union[rest]
+        hint = rest[0] if len(rest) == 1 else typing.Union[rest]  # noqa: UP007 (built from a tuple at run time)
     return Setting(hint, nullable, metadata.get(BOUNDS), tuple(metadata.get(CHOICES, ())))
 
 
-@lru_cache(maxsize=None)
+@cache
 def settings_of(schema: type) -> dict[str, Setting]:
     """Each field of a schema dataclass by name."""
     hints = typing.get_type_hints(schema)
@@ -71,7 +70,7 @@ def sections() -> dict[str, type]:
     def walk(prefix: str, schema: type) -> None:
         found[prefix] = schema
         for name, setting in settings_of(schema).items():
-            if dataclasses.is_dataclass(setting.kind):
+            if isinstance(setting.kind, type) and dataclasses.is_dataclass(setting.kind):
                 walk(f"{prefix}.{name}" if prefix else name, setting.kind)
 
     walk("", HarnessConfig)
@@ -87,7 +86,7 @@ def setting_at(dotted: str) -> Setting | None:
 
 # -- what a value must be -----------------------------------------------------------------------------
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -164,6 +163,12 @@ def value_problem(dotted: str, value: Any) -> str | None:
     if value == MISSING:  # "???": a required key no config file gave
         return f"{dotted}: missing; give {requirement(setting)}"
     return None if admits(setting, value) else f"{dotted}={_show(value)}: must be {requirement(setting)}"
+
+
+def plain_config(cfg: DictConfig) -> dict[str, Any]:
+    """`cfg` as plain dicts and lists, interpolations resolved (OmegaConf types the result as any container;
+    a DictConfig's is a dict with str keys)."""
+    return cast("dict[str, Any]", OmegaConf.to_container(cfg, resolve=True))
 
 
 # -- unknown keys ---------------------------------------------------------------------------------------
@@ -355,7 +360,7 @@ def compose_checked(overrides: list[str], conf_dir: Path = CONF_DIR) -> tuple[di
                 run_dir = str(cfg.hydra.run.dir)
                 with open_dict(cfg):
                     del cfg["hydra"]
-                config = OmegaConf.to_container(cfg, resolve=True)
+                config = plain_config(cfg)
                 break
             except (HydraException, OmegaConfBaseException) as exc:
                 known = _override_problem(exc, remaining, conf_dir)

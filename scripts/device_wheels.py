@@ -250,7 +250,8 @@ def build(spec: str, dest: Path) -> Path:
         result = _pip("wheel", "--no-deps", "-w", tmp, spec)
         built = list(Path(tmp).glob("*.whl"))
         if result.returncode != 0 or len(built) != 1:
-            raise SystemExit(f"{spec}: neither a wheel for the target nor a build from source:\n{result.stderr[-2000:]}")
+            raise SystemExit(f"{spec}: neither a wheel for the target nor a build from source:\n"
+                             f"{result.stderr[-2000:]}")
         if not all(tag.endswith("-none-any") for tag in wheel_info(built[0])[2]):
             raise SystemExit(f"{spec}: the build gave {built[0].name}, not a pure wheel: it cannot be carried")
         target = dest / built[0].name
@@ -356,7 +357,8 @@ def standins(folder: Path = WHEELS) -> list[str]:
     image in a scratch environment)."""
     preinstalled, needed = read_preinstalled(), set()
     for paths in wheels_in(folder).values():
-        needed |= {normalize(r.name) for r in wheel_requires(paths[0]) if applies(r) and normalize(r.name) in preinstalled}
+        needed |= {normalize(r.name) for r in wheel_requires(paths[0])
+                   if applies(r) and normalize(r.name) in preinstalled}
     return sorted(needed)
 
 

@@ -393,8 +393,10 @@ def test_reduction_length_of_every_op_kind():
 
 
 def test_synthetic_bias_is_of_the_products_order_and_seeded():
-    make = lambda: build_workload("linear", {"M": 64, "N": 512, "K": 13824}, device="cpu", dtype="float32",
-                                  scale=1.0, seed=0)
+    def make():
+        return build_workload("linear", {"M": 64, "N": 512, "K": 13824}, device="cpu", dtype="float32", scale=1.0,
+                              seed=0)
+
     a, b = make(), make()
     assert torch.equal(a.inputs["bias"], b.inputs["bias"]) and torch.equal(a.inputs["weight"], b.inputs["weight"])
     product = F.linear(a.inputs["x"], a.inputs["weight"])
@@ -499,7 +501,7 @@ def attention32(seed_report):
 def test_honest_bf16_attention_is_feasible_against_its_emulation(attention, attention32):
     for judge in (attention32, attention):  # float32 inputs rounded to bf16; the model's own bf16 inputs
         q, k, v = (judge.w.inputs[n].to(torch.bfloat16) for n in "qkv")
-        result = _judged(judge, lambda: valid_prefix_attention(q, k, v, 4680))
+        result = _judged(judge, lambda q=q, k=k, v=v: valid_prefix_attention(q, k, v, 4680))
         assert result.feasible and result.precision == BF16, result
     q, k, v = (attention32.w.inputs[n].to(torch.bfloat16) for n in "qkv")
     past = _judged(attention32, lambda: valid_prefix_attention(q, k, v, 4680 + 64))
@@ -565,7 +567,9 @@ def test_a_chunk_is_checked_against_float64_alone(k13824):
     (0x7F801000, 0x7F801000),  # a NaN whose payload lies in the dropped bits (rounding them would give Inf)
 ])
 def test_tf32_rounding_of_known_bit_patterns(bits, rounded):
-    signed = lambda b: b - (1 << 32) if b >= 1 << 31 else b
+    def signed(b):
+        return b - (1 << 32) if b >= 1 << 31 else b
+
     value = torch.tensor([signed(bits)], dtype=torch.int32).view(torch.float32)
     assert int(_bits(round_to_tf32(value))[0]) == signed(rounded)
 
@@ -646,7 +650,9 @@ def test_bounds_are_anchored_to_the_original_op_over_rounds(k13824):
     # The standard the adopted variant's own error used to set: the max_rel 0.0137 as e_b.
     compounded = judge_baseline((k13824.ref * (1 + 0.0137)).float(), k13824.ref, RULE, 13824)[0]
     assert compounded.bound().value == pytest.approx(4 * 0.0137, rel=1e-4)
-    worse = lambda: (k13824.ref * (1 + 0.03)).to(torch.bfloat16)  # bf16 out, 3% off
+    def worse():
+        return (k13824.ref * (1 + 0.03)).to(torch.bfloat16)  # bf16 out, 3% off
+
     assert compounded.judge(worse(), k13824.ref).feasible
     for _ in ("round 2", "round 3"):
         standard = judge_baseline(k13824.w.run(), k13824.ref, RULE, 13824, adopted_precision="bf16")[0]

@@ -62,7 +62,8 @@ def test_bf16_composes_on_channels_last_inputs(conv, monkeypatch):
     prepared = vae_bf16.EXPERIMENT.prepare("low_precision", carried, {"dtype": "bfloat16"})
     prepared.fn()
     x, weight = seen[0]
-    assert x.dtype == torch.bfloat16 and x.is_contiguous(memory_format=LAST) and weight.is_contiguous(memory_format=LAST)
+    assert x.dtype == torch.bfloat16
+    assert x.is_contiguous(memory_format=LAST) and weight.is_contiguous(memory_format=LAST)
     # On round 1's plain inputs the same variant stays NCDHW: it takes the layout it is given.
     vae_bf16.EXPERIMENT.prepare("low_precision", conv, {"dtype": "bfloat16"}).fn()
     assert not seen[1][0].is_contiguous(memory_format=LAST)

@@ -14,7 +14,6 @@ from harness.cards.lint import lint_report
 from harness.cards.model import load_report
 from harness.chunks import add_chunk_cards
 from harness.experiment import load_experiment
-from harness.profile.ncu_backend import trial_folder
 from harness.jobs import (
     OUTCOMES,
     ConfirmPlan,
@@ -26,6 +25,7 @@ from harness.jobs import (
     TrialResult,
     TrialStatus,
 )
+from harness.profile.ncu_backend import trial_folder
 from harness.trial_spec import build_trial_workload
 
 CONV = "vae-480-conv3d-96to96k333t6-13c157"

@@ -188,7 +188,8 @@ def triton_fused(w: Workload, BLOCK_M: int = 32, BLOCK_K: int = 128, num_warps: 
              "passes_note": "the statistics pass and the output pass both read the rows; the second read is "
                             "meant to hit L2 (rows_bytes_per_program per program in flight)"}
     facts.update(smem_bytes_estimate=config.smem_bytes(hidden.element_size()))
-    executed = executed_flops(rows, n, k, BLOCK_M, n, BLOCK_K) + ELEMENTWISE_FLOPS * padded(rows, BLOCK_M) * padded(k, BLOCK_K)
+    executed = (executed_flops(rows, n, k, BLOCK_M, n, BLOCK_K)
+                + ELEMENTWISE_FLOPS * padded(rows, BLOCK_M) * padded(k, BLOCK_K))
     return Prepared(lambda: launch()[0], executed_flops=float(executed), facts=facts)
 
 

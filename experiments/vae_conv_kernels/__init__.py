@@ -29,28 +29,27 @@ kernel, IEEE fp32 on a CPU), so it is held to the same-precision bound.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from experiments.vae_conv_kernels.im2col import LAYOUTS, im2col_conv3d
+from experiments.vae_conv_kernels.kernel import ConvGemm, conv_input_precision, triton_conv3d
 from harness import torch_state
-from harness.compiled import compile_call, frozen_module
 from harness.cards.card_check import executed_over_nominal
 from harness.cards.fields import COMPUTE_BOUND, L2_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL, UNRESOLVED
 from harness.cards.measures import sum_metric
+from harness.compiled import compile_call, frozen_module
 from harness.experiment import Experiment, Prepared, VariantSkipped
 from harness.profile.peak_lookup import card_peaks, sm_count
 from harness.tiles import HOPPER, TileConfig, executed_flops, tile_count, waves
 from harness.triton_support import check_launchable, first_launch
 from harness.workloads.base import Workload, WorkloadError, element_size
 from harness.workloads.frames import calls_on_dim0
-
-from experiments.vae_conv_kernels.im2col import LAYOUTS, im2col_conv3d
-from experiments.vae_conv_kernels.kernel import ConvGemm, conv_input_precision, triton_conv3d
 
 EXPERIMENT = Experiment(
     name="vae_conv_kernels",
@@ -240,6 +239,7 @@ def frame_batching(w: Workload, k: int = 4) -> Prepared:
     except WorkloadError as exc:
         raise VariantSkipped(str(exc)) from None
     frames, windows = batch.stacked["input"], batch.windows
+    assert windows is not None  # a conv3d batch says where each call's frames lie
     facts = {"k": k, "new_frames_per_call": windows.t_new, "cached_frames": windows.overlap,
              "frames_per_call": windows.t_in, "frames_batched": windows.total,
              "weight_reads_per_call": 1.0 / k}
@@ -298,8 +298,9 @@ def compiled(w: Workload, mode: str = "default") -> Prepared:
     x, weight, bias = _inputs(w)
     stride, padding, dilation, groups = _conv_args(w)
     module = frozen_module(
-        torch.nn.Conv3d(weight.shape[1] * groups, weight.shape[0], tuple(weight.shape[2:]), stride, padding,
-                        dilation, groups, bias=bias is not None, device=weight.device, dtype=weight.dtype),
+        torch.nn.Conv3d(weight.shape[1] * groups, weight.shape[0], (weight.shape[2], weight.shape[3], weight.shape[4]),
+                        stride, padding, dilation, groups, bias=bias is not None, device=weight.device,
+                        dtype=weight.dtype),
         weight=weight, bias=bias)
     run, compile_s = compile_call(module, (x,), mode, w.device)
     facts = {"compile_mode": mode, "compile_s": round(compile_s, 2),

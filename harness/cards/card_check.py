@@ -20,8 +20,16 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from harness.cards.measures import NO, NOT_MEASURABLE, YES, calls_per_invocation, kernel_value, stall_verdict, sum_metric
 from harness.cards.labels import class_source, dominant_kernel, is_estimated, is_report_card
+from harness.cards.measures import (
+    NO,
+    NOT_MEASURABLE,
+    YES,
+    calls_per_invocation,
+    kernel_value,
+    stall_verdict,
+    sum_metric,
+)
 from harness.cards.model import Card
 from harness.profile.gpu_peaks import lookup
 from harness.profile.ncu.metrics import CACHE_BYTES_METRICS
@@ -165,7 +173,8 @@ def launch_waves(variant: Any) -> tuple[float | None, str]:
     """
     facts = variant if isinstance(variant, dict) else {}
     grid = next((facts[k] for k in GRID_FACTS if isinstance(facts.get(k), int)), None)
-    tile = facts.get("tile") if isinstance(facts.get("tile"), dict) else {}
+    tile_facts = facts.get("tile")
+    tile = tile_facts if isinstance(tile_facts, dict) else {}
     warps = facts.get("num_warps") or tile.get("num_warps")
     threads = 32 * warps if isinstance(warps, int) else facts.get("block_size")
     regs, smem = facts.get("regs_per_thread"), facts.get("smem_bytes_compiled")
@@ -173,7 +182,9 @@ def launch_waves(variant: Any) -> tuple[float | None, str]:
     missing = [name for name, value in found.items() if not isinstance(value, int)]
     if missing:
         return None, f"the variant's launch facts lack {', '.join(missing)}"
+    assert isinstance(grid, int) and isinstance(threads, int) and isinstance(regs, int) and isinstance(smem, int)
     limits = REPORT_GPU.limits
+    assert limits is not None  # the H200's entry has its SM limits
     blocks = occupancy(limits, threads, regs, smem_dynamic_b=smem).blocks_per_sm
     value = waves(grid, blocks, limits.sm_count)
     where = f"{REPORT_GPU.key}, {limits.sm_count} SMs"

@@ -14,8 +14,6 @@ runs (`python -m harness.cards diff`) finds the judge by importing it, without t
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
-
 import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
@@ -32,6 +30,7 @@ from harness.cards.fields import (
 from harness.cards.kernel_families import kernel_family
 from harness.cards.measures import NO, NOT_MEASURABLE, YES, dominant_metric
 from harness.cards.model import Card
+from harness.errors import HarnessError
 
 if TYPE_CHECKING:  # the diff row a judge reads; harness.cards.diff imports this module
     from harness.cards.diff import CardDiff

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from harness.cards.cells import fmt, shorten
+from harness.cards.checks import CheckError
 from harness.cards.diff import ReportDiff, diff_reports
 from harness.cards.diff_markdown import render_markdown
 from harness.cards.diff_sides import comparison_note, side_name
@@ -31,7 +32,6 @@ from harness.cards.measures import (
     kernel_sum_us,
     timing_median_us,
 )
-from harness.cards.checks import CheckError
 from harness.cards.model import (
     Card,
     Report,

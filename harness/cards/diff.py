@@ -146,7 +146,8 @@ def diff_cards(
     timed = judge_time(before, after, both_timed, before_us, after_us, threshold, confirmation)
     verdict_t = timed.verdict
     fb, fa = family_sums(before), family_sums(after)
-    recorded = after.extra.get("harness") if isinstance(after.extra.get("harness"), dict) else {}
+    label = after.extra.get("harness")
+    recorded = label if isinstance(label, dict) else {}
     check_name = check or recorded.get("check") or CHECK_FOR_CLASS.get(before.primary or UNRESOLVED,
                                                                         "stall_breakdown")
     spec = check_named(check_name, recorded.get("check_module") if check_name == recorded.get("check") else None)

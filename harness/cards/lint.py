@@ -153,9 +153,11 @@ def _byte_factors(
             return factors, f"{found}; read x{factors[0]:g}, write x{factors[1]:g} gives {bw:.2f} TB/s"
         # Several readings fit: a field on which they all agree is still unambiguous.
         fitting = [c for c in candidates if c[0] <= math.log(BANDWIDTH_MATCH)]
-        agreed = tuple(
-            fitting[0][1][i] if len({c[1][i] for c in fitting}) == 1 else None for i in (0, 1)
-        )
+
+        def agreed_on(i: int) -> float | None:
+            return fitting[0][1][i] if len({c[1][i] for c in fitting}) == 1 else None
+
+        agreed = (agreed_on(0), agreed_on(1))
         if any(f not in (None, 1.0) for f in agreed):
             said = ", ".join(f"{field} " + (f"x{f:g}" if f is not None else "undecided (the readings differ)")
                              for field, f in zip(("dram_read_mb", "dram_write_mb"), agreed))
@@ -239,6 +241,7 @@ def _normalize_card(card: Card, cal: Calibration) -> _CardResult:
         elif factor != 1.0:
             find(kernel.name, "unit_scaled", f"dur_us written in a larger unit: {why}", "dur_us")
             before = metrics["dur_us"]
+            assert before is not None  # a factor other than 1 comes from a numeric dur_us (its clock)
             metrics["dur_us"] = before * factor
             correct("unit_scaled", kernel, "dur_us", before, metrics["dur_us"], why)
         if _num(metrics.get("dur_us")) is None:
@@ -253,6 +256,7 @@ def _normalize_card(card: Card, cal: Calibration) -> _CardResult:
                     find(kernel.name, "unit_suspect", f"{field}: {why}", field)
                 elif f != 1.0:
                     before = metrics[field]
+                    assert before is not None  # a factor other than 1 comes from numeric bytes
                     metrics[field] = before * f
                     find(kernel.name, "unit_scaled", f"{field} written in a larger unit: {why}", field)
                     correct("unit_scaled", kernel, field, before, metrics[field], why)
@@ -289,9 +293,9 @@ def _normalize_card(card: Card, cal: Calibration) -> _CardResult:
             listed = total
         if not math.isclose(listed, total, rel_tol=SUM_TOLERANCE, abs_tol=0.01):
             ratio = total / listed if listed else math.inf
-            scaled = next((f for f in SCALE_FACTORS[1:] if math.isclose(ratio, 1 / f, rel_tol=SUM_TOLERANCE)), None)
-            if scaled:
-                why = f"summed_kernel_us {total:g} is 1/{scaled:g} of the listed sum {listed:g}"
+            sum_factor = next((f for f in SCALE_FACTORS[1:] if math.isclose(ratio, 1 / f, rel_tol=SUM_TOLERANCE)), None)
+            if sum_factor:
+                why = f"summed_kernel_us {total:g} is 1/{sum_factor:g} of the listed sum {listed:g}"
                 find(None, "unit_scaled", why, "summed_kernel_us")
                 out.summed_kernel_us = listed
                 correct("unit_scaled", None, "summed_kernel_us", total, listed, why)

@@ -44,11 +44,12 @@ class MeasuredRecord:
         card.extra.update(asdict(self))
 
     @classmethod
-    def read(cls, card: Card) -> "MeasuredRecord | None":
+    def read(cls, card: Card) -> MeasuredRecord | None:
         """The record of a measured card; None for a report card."""
         if not isinstance(card.extra.get("harness"), dict):
             return None
-        return cls(**{f.name: card.extra.get(f.name) for f in fields(cls)})
+        values: dict[str, Any] = {f.name: card.extra.get(f.name) for f in fields(cls)}
+        return cls(**values)
 
 
 MEASURED_EXTRAS = frozenset(f.name for f in fields(MeasuredRecord))

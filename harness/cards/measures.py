@@ -81,7 +81,8 @@ def sum_metric(card: Card, *names: str) -> float | None:
 
 
 def dram_bytes(card: Card) -> float | None:
-    """The profiler's DRAM read + write of one invocation, in bytes (MB in the report are 1e6 B); None if not collected."""
+    """The profiler's DRAM read + write of one invocation, in bytes (MB in the report are 1e6 B); None if not
+    collected."""
     total, seen = 0.0, False
     for kernel in card.kernels:
         for name in ("dram_read_mb", "dram_write_mb"):

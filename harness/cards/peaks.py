@@ -32,7 +32,7 @@ def table_value(key: str | None, entry: Any) -> float | None:
     return value * scale if value is not None else None
 
 
-def gpu_compute_key(dtype: str, tf32: bool) -> str | None:
+def gpu_compute_key(dtype: str, tf32: bool | None) -> str | None:
     """The GPU table's compute peak for math in `dtype` (float32: TF32 when allowed, else FP32 SIMT)."""
     if dtype == "float32":
         return "tf32_tflops" if tf32 else "fp32_tflops"
@@ -74,13 +74,16 @@ def recorded_peaks(peaks: Any, dtype: str, tf32: bool | None = None) -> Recorded
             compute, f"measured CPU {dtype} matmul peak" if compute else None,
             bandwidth, "measured CPU copy bandwidth (read + write)" if bandwidth else None,
             None, llc if isinstance(llc, int) else 0, f"CPU {peaks.get('cpu_model') or ''}".strip())
-    table = peaks.get("peaks") if isinstance(peaks.get("peaks"), Mapping) else {}
-    used = peaks.get("used") if isinstance(peaks.get("used"), Mapping) else {}
+    raw_table, raw_used = peaks.get("peaks"), peaks.get("used")
+    table = raw_table if isinstance(raw_table, Mapping) else {}
+    used = raw_used if isinstance(raw_used, Mapping) else {}
     recorded_key = peaks.get("compute_peak")
     key = gpu_compute_key(dtype, tf32) if tf32 is not None or not recorded_key else str(recorded_key)
-    compute_entry = used.get("compute") if key == recorded_key and used.get("compute") else table.get(key)
-    dram_entry = used.get("dram") or table.get("dram_tbps")
-    limits = peaks.get("limits") if isinstance(peaks.get("limits"), Mapping) else {}
+    # The entries are JSON of the card ({value, unit, source}); read below only where table_value found a value.
+    compute_entry: Any = used.get("compute") if key == recorded_key and used.get("compute") else table.get(key)
+    dram_entry: Any = used.get("dram") or table.get("dram_tbps")
+    raw_limits = peaks.get("limits")
+    limits = raw_limits if isinstance(raw_limits, Mapping) else {}
     sms = limits.get("sm_count")
     compute, bandwidth = table_value(key, compute_entry), table_value("dram_tbps", dram_entry)
     return RecordedPeaks(

@@ -90,7 +90,7 @@ class RuleSet:
     order: tuple[str, ...] = DEFAULT_ORDER
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any] | None) -> "RuleSet":
+    def from_config(cls, cfg: Mapping[str, Any] | None) -> RuleSet:
         """Build from a mapping like conf/rules/default.yaml; unknown keys are an error."""
         if not cfg:
             return cls()

@@ -47,3 +47,13 @@ class Profiler(Protocol):
     def profile(self, fn: Callable[[], Any], facts: WorkloadFacts) -> Profile:
         """Run `fn` (already warmed up) under the profiler and return its kernels."""
         ...
+
+
+class SpecProfiler(Protocol):
+    """A profiler with `needs_spec = True` (ncu): it rebuilds the trial in a child process from its spec."""
+
+    name: str
+    needs_spec: bool
+
+    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts, spec: Any = None) -> Profile:
+        ...

@@ -51,7 +51,7 @@ def attach_input_dtypes(prof: Any, events: Any) -> None:
         raw = list(prof.profiler.kineto_results.events())
     except (AttributeError, RuntimeError):  # no Kineto results on this build: keep the fallback
         return
-    by_id: dict[int, Any] = {}
+    by_id: dict[int | None, Any] = {}  # looked up with an event's id, None where it has none
     seen: Counter = Counter()
     for kineto_event in raw:
         seen[kineto_event.correlation_id()] += 1
@@ -111,7 +111,7 @@ def top_op(event: Any) -> Any:
 
 
 def caller_chain(event: Any, depth: int = 3) -> str:
-    names = []
+    names: list[str] = []
     node = event.cpu_parent
     while node is not None and len(names) < depth:
         if node.name.startswith(CALL_LABEL):

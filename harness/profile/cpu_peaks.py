@@ -25,6 +25,7 @@ warned about; neither is fatal. A measurement taken while other processes held t
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import json
 import math
@@ -34,7 +35,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 SCHEMA = 2  # 2: cpu_share recorded (caches without it may hide a busy measurement)
 MATMUL_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
@@ -44,7 +45,7 @@ _MATMUL_SIZES = (256, 512, 1024)
 _MATMUL_MAX_ROUNDS = 200
 BUSY_CPU_SHARE = 0.75
 
-_memo: dict[str, "CpuPeaks"] = {}
+_memo: dict[str, CpuPeaks] = {}
 
 
 @dataclass
@@ -87,7 +88,7 @@ class CpuPeaks:
         return out
 
     @classmethod
-    def from_dict(cls, obj: Any) -> "CpuPeaks":
+    def from_dict(cls, obj: Any) -> CpuPeaks:
         """Validate and rebuild; ValueError on anything that is not a sound set of peaks."""
         if not isinstance(obj, dict):
             raise ValueError("peaks must be an object")
@@ -128,11 +129,11 @@ class CpuPeaks:
         )
 
 
-def _is_zero(value: Any) -> bool:
+def _is_zero(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
 
 
-def _positive(value: Any) -> bool:
+def _positive(value: Any) -> TypeGuard[int | float]:
     return (
         isinstance(value, (int, float))
         and not isinstance(value, bool)
@@ -283,7 +284,7 @@ def _measure_bandwidth(budget_s: float, llc: int | None) -> tuple[float, str]:
     src = torch.ones(size, dtype=torch.uint8)
     dst = torch.zeros(size, dtype=torch.uint8)
     dst.copy_(src)  # fault in the pages
-    best, reps = _best_time(lambda: dst.copy_(src), budget_s)
+    best, reps = _best_time(functools.partial(dst.copy_, src), budget_s)
     del src, dst
     rate = 2.0 * size / best
     return rate, (

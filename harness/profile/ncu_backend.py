@@ -23,12 +23,12 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
 
 from harness.cards.fields import SOURCE_NCU
 from harness.profile.base import Profile, ProfilerUnavailable, WorkloadFacts
 from harness.profile.gpu_peaks import for_current_device
-from harness.profile.ncu.command import find_ncu, profile_command, searched_for_ncu
+from harness.profile.ncu.command import CacheControl, ClockControl, find_ncu, profile_command, searched_for_ncu
 from harness.profile.ncu.failures import NcuFailure
 from harness.profile.ncu.importer import cards_from_ncu, kernel_notes
 from harness.profile.ncu.metrics import (
@@ -130,8 +130,9 @@ class NcuProfiler:
             raise ProfilerUnavailable(f"profiler=ncu: {found}; install Nsight Compute or use profiler=auto")
         self.executable = found
         self.metric_set = str(cfg.get("metric_set", "report"))
-        self.clock_control = str(cfg.get("clock_control", "none"))
-        self.cache_control = str(cfg.get("cache_control", "all"))
+        # The config's words as they are: profile_command refuses any other than its Literal's.
+        self.clock_control = cast(ClockControl, str(cfg.get("clock_control", "none")))
+        self.cache_control = cast(CacheControl, str(cfg.get("cache_control", "all")))
         self.deadline_s = float(cfg.get("deadline_s", 300))
         self.keep_dir = cfg.get("keep_dir")
         self.available_metrics = cfg.get("available_metrics")

@@ -12,9 +12,9 @@ import sys
 import torch
 
 from harness.experiment import load_experiment
+from harness.jobs import BASELINE
 from harness.profile.timing import warm_up
 from harness.trial_spec import (
-    BASELINE,
     TrialSpec,
     build_trial_workload,
     prepare_baseline,
@@ -29,6 +29,7 @@ def run_trial(spec: TrialSpec, nvtx_range: str) -> None:
     if spec.role == BASELINE:
         fn = prepare_baseline(spec, workload, experiment)[0].fn
     else:
+        assert spec.variant is not None  # every role but the baseline's names its variant
         fn = experiment.prepare(spec.variant, carried, spec.params).fn
     if spec.warmup is None:  # under ncu, outside the NVTX range: nothing of it is profiled
         warm_up(fn, sync=torch.cuda.synchronize)

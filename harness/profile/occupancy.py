@@ -78,8 +78,8 @@ class SmLimits:
     max_threads_per_block: int = 1024
 
     @classmethod
-    def for_arch(cls, major: int, minor: int, sm_count: int, **overrides: int) -> SmLimits:
-        """Limits from the architecture table; `overrides` (field names) win, e.g. from a trace."""
+    def for_arch(cls, major: int, minor: int, sm_count: int, **overrides: int | None) -> SmLimits:
+        """Limits from the architecture table; `overrides` (field names) win, e.g. from a trace (None: not known)."""
         arch = _arch(major, minor)
         values: dict[str, Any] = dict(
             compute_capability=(major, minor),

@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 
-
 @dataclass
 class TimingResult:
     median_us: float
@@ -66,7 +65,7 @@ class TimingResult:
         clock: str | None = None,
         event_us: float | None = None,
         synced_us: float | None = None,
-    ) -> "TimingResult":
+    ) -> TimingResult:
         """Summarize per-call durations (microseconds); at least one finite, non-negative sample."""
         samples = [float(s) for s in samples_us]
         if not samples:
@@ -103,7 +102,7 @@ class TimingResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, obj: dict[str, Any]) -> "TimingResult":
+    def from_dict(cls, obj: dict[str, Any]) -> TimingResult:
         """Tolerant of dicts written before a field existed (it takes its default) and of extra keys."""
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in obj.items() if k in known})

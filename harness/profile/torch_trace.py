@@ -25,8 +25,6 @@ harness.profile.occupancy, which reproduces the trace's own occupancy estimate (
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
-
 import gzip
 import json
 import math
@@ -35,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.errors import HarnessError
 from harness.profile.occupancy import Occupancy, SmLimits, occupancy, supported_compute_capabilities, waves
 
 
@@ -160,15 +159,17 @@ def parse_trace(obj: Any, source: str = "<memory>") -> Trace:
         and event.get("ph", "X") == "X"
     ]
     kernels.sort(key=lambda k: k.ts_us)
-    host, launches = [], {}
+    host: list[HostRange] = []
+    launches: dict[int, tuple[int | None, float]] = {}
     for event in obj["traceEvents"]:
         category = str(event.get("cat", "")).lower() if isinstance(event, dict) else ""
-        args = event.get("args") if isinstance(event, dict) and isinstance(event.get("args"), dict) else {}
+        event_args = event.get("args") if isinstance(event, dict) else None
+        args = event_args if isinstance(event_args, dict) else {}
         if category in ("cpu_op", "user_annotation") and event.get("ph", "X") == "X":
             host.append(HostRange(str(event.get("name", "")), _int(event.get("tid")), _float(event.get("ts")) or 0.0,
                                   _float(event.get("dur")) or 0.0, args.get("Input Dims")))
-        elif category in ("cuda_runtime", "cuda_driver") and _int(args.get("correlation")) is not None:
-            launches[_int(args.get("correlation"))] = (_int(event.get("tid")), _float(event.get("ts")) or 0.0)
+        elif category in ("cuda_runtime", "cuda_driver") and (correlation := _int(args.get("correlation"))) is not None:
+            launches[correlation] = (_int(event.get("tid")), _float(event.get("ts")) or 0.0)
     return Trace(kernels=kernels, devices=devices, source=source, host_ranges=host, launches=launches)
 
 
@@ -212,7 +213,8 @@ def _device(props: dict[str, Any]) -> TraceDevice:
 
 
 def _kernel(event: dict[str, Any]) -> TraceKernel:
-    args = event.get("args") if isinstance(event.get("args"), dict) else {}
+    event_args = event.get("args")
+    args = event_args if isinstance(event_args, dict) else {}
     occ = args.get("occupancy")
     return TraceKernel(
         name=str(event.get("name", "")),

@@ -29,6 +29,7 @@ from harness.cards.diff_markdown import (
 from harness.cards.diff_sides import variant_of
 from harness.cards.kernel_families import kernel_rows
 from harness.cards.labels import class_label
+from harness.cards.measured import experiment_evidence, facts_not_in_tables
 from harness.cards.measures import (
     KERNEL_SUM_BASIS,
     TIMING_BASIS,
@@ -36,7 +37,6 @@ from harness.cards.measures import (
     card_time_us,
     time_basis,
 )
-from harness.cards.measured import experiment_evidence, facts_not_in_tables
 from harness.cards.model import Card, Report, write_text_atomic
 from harness.cards.time_verdict import VERDICT_RULE_TEXT
 from harness.report.html_parts import CSP, CSS, Num, anchor, esc, html_table
@@ -45,6 +45,7 @@ from harness.report.plots import MAX_KERNEL_ROWS, kernel_bars_svg, roofline_svg
 from harness.report.roofline import Roofs, device_roofs, roofline_points
 from harness.report.run_files import RunFiles, read_run_files
 from harness.report.studies import StudyView, load_studies, missing_reason, study_block
+
 
 @dataclass
 class CardView:

@@ -9,6 +9,7 @@ workload's compulsory minimum), so that their points compare.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from harness.cards.measures import calls_per_invocation, card_time_us, dram_bytes
 from harness.cards.model import Card
@@ -29,8 +30,8 @@ def device_roofs(card: Card) -> Roofs | None:
     peaks = card.extra.get("peaks")
     dtype = str((card.extra.get("workload") or {}).get("dtype") or "float32")
     found = recorded_peaks(peaks, dtype)
-    if found is None or found.compute is None or found.bandwidth is None:
-        return None
+    if found is None or found.compute is None or found.bandwidth is None or not isinstance(peaks, Mapping):
+        return None  # (found is None whenever peaks is not a mapping)
     if is_cpu_layout(peaks):
         label = f"{peaks.get('cpu_model') or 'CPU'} {dtype}, measured"
     else:

@@ -70,7 +70,7 @@ def _attach_studies(views: list[CardView], storage: BaseStorage) -> None:
     names = set(optuna.study.get_all_study_names(storage))
     for view in views:
         experiment = (view.before.extra.get("harness") or {}).get("experiment")
-        name = f"{experiment}:{view.card_id}"
+        name: str | None = f"{experiment}:{view.card_id}"
         if name not in names:
             matches = [n for n in names if n.endswith(f":{view.card_id}")]
             name = matches[0] if len(matches) == 1 else None
@@ -101,6 +101,12 @@ def missing_reason(view: CardView) -> str:
     return "no feasible variant (" + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ")"
 
 
+def _objective(trial: optuna.trial.FrozenTrial) -> float:
+    """A completed trial's value (history_svg keeps only the trials that have one)."""
+    assert trial.value is not None
+    return trial.value
+
+
 def history_svg(trials: list[optuna.trial.FrozenTrial]) -> str:
     """Objective per trial, the best so far as a step line; pruned trials marked on the floor."""
     done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
@@ -110,21 +116,22 @@ def history_svg(trials: list[optuna.trial.FrozenTrial]) -> str:
     palette = matplotlib.colormaps["tab10"]
     for i, variant in enumerate(variants):
         mine = [t for t in done if str(t.user_attrs.get("variant", t.params.get("variant", "?"))) == variant]
-        ax.plot([t.number for t in mine], [t.value for t in mine], "o", color=palette(i % 10), label=plain(variant))
+        ax.plot([t.number for t in mine], [_objective(t) for t in mine], "o", color=palette(i % 10),
+                label=plain(variant))
     if done:
         best, xs, ys = float("inf"), [], []
         for t in sorted(done, key=lambda t: t.number):
-            best = min(best, t.value)
+            best = min(best, _objective(t))
             xs.append(t.number)
             ys.append(best)
         ax.step(xs, ys, where="post", color="#c0392b", label="best so far")
     numbers = {t.number for t in done}
     others = [t for t in trials if t.number not in numbers]
     if others:
-        floor = min((t.value for t in done), default=1.0) * 0.9
+        floor = min((_objective(t) for t in done), default=1.0) * 0.9
         ax.plot([t.number for t in others], [floor] * len(others), "x", color="#7f7f7f",
                 label="pruned / failed (no value)")
-    values = [t.value for t in done]
+    values = [_objective(t) for t in done]
     if values and min(values) > 0 and max(values) / min(values) > 50:
         ax.set_yscale("log")  # one pathological trial would flatten the others onto the floor
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

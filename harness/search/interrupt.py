@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-
 _interrupt: dict[str, str | None] = {"signal": None}
 
 

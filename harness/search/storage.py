@@ -21,7 +21,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar, cast
 
 import optuna
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
@@ -45,7 +45,7 @@ class StorageSettings:
     max_retry: int | None = 1
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any] | None) -> "StorageSettings":
+    def from_config(cls, cfg: Mapping[str, Any] | None) -> StorageSettings:
         cfg = cfg or {}
         defaults = cls()
 
@@ -198,6 +198,8 @@ def _journal_storage(path: Path, settings: StorageSettings, retry: RetryStale) -
 def _rdb_storage(url: str, shown: str, settings: StorageSettings, retry: RetryStale) -> BaseStorage:
     from sqlalchemy.engine import make_url
 
+    backend: str | None
+    driver: str | None
     try:
         parsed = make_url(url)
         backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
@@ -228,7 +230,10 @@ def _rdb_storage(url: str, shown: str, settings: StorageSettings, retry: RetrySt
     return storage
 
 
-def _with_retries(build: Callable[[], BaseStorage], attempts: int = 5) -> BaseStorage:
+_Storage = TypeVar("_Storage", bound=BaseStorage)
+
+
+def _with_retries(build: Callable[[], _Storage], attempts: int = 5) -> _Storage:
     """Build an RDB storage, retrying when another process is creating the same schema right now."""
     import sqlalchemy.exc
 
@@ -267,7 +272,9 @@ def _serialize_sqlite(engine: Any) -> None:
 
 def _settings(storage: BaseStorage) -> StorageSettings:
     backend = getattr(storage, "_backend", storage)  # a study wraps an RDB storage in a cache
-    return getattr(backend, "harness_settings", None) or getattr(storage, "harness_settings", StorageSettings())
+    # harness_settings: the StorageSettings make_storage attached to the storage it made
+    return cast(StorageSettings,
+                getattr(backend, "harness_settings", None) or getattr(storage, "harness_settings", StorageSettings()))
 
 
 def _heartbeat_enabled(storage: BaseStorage) -> bool:

@@ -242,7 +242,12 @@ def completed(study: optuna.Study) -> list[FrozenTrial]:
 def best_feasible(study: optuna.Study) -> FrozenTrial | None:
     """Only completed trials count: infeasible and skipped ones are pruned, failed ones failed."""
     done = completed(study)
-    return min(done, key=lambda t: t.value) if done else None
+    return min(done, key=_completed_value) if done else None
+
+
+def _completed_value(trial: FrozenTrial) -> float:
+    assert trial.value is not None  # a completed trial has its value
+    return trial.value
 
 
 def remaining_trials(study: optuna.Study, n_trials: int) -> int:

@@ -2,8 +2,8 @@
 
 A sweep runs variants nobody has run before; some segfault, raise, run out of memory or hang. The
 parent (the Hydra app, which owns Optuna, the storage and the outputs) never calls a variant itself:
-one worker child (`python -m harness.worker`, harness/worker/__main__.py) does, and answers each request with one JSON line on
-a private pipe. The parent waits for the answer under a deadline (`search.trial_deadline_s`):
+one worker child (`python -m harness.worker`, harness/worker/__main__.py) does, and answers each request
+with one JSON line on a private pipe. The parent waits for the answer under a deadline (`search.trial_deadline_s`):
 
 - an exception in the variant: the answer says `ExceptionType: message`; the child stays up;
 - out of memory (torch.OutOfMemoryError, MemoryError, a CPU allocator's "can't allocate memory"):
@@ -31,7 +31,14 @@ stack there). `search.worker_memory_limit_gb` caps the child's address space (RL
 device only) so a runaway CPU variant fails with an allocation error instead of taking the machine.
 """
 
-from harness.worker.client import CardSession, TrialWorker, close_worker, deadline_from, quiet_trial_failures, worker_for
+from harness.worker.client import (
+    CardSession,
+    TrialWorker,
+    close_worker,
+    deadline_from,
+    quiet_trial_failures,
+    worker_for,
+)
 from harness.worker.protocol import TrialFailed, WorkerError, exit_reason, is_out_of_memory, one_line
 
 __all__ = [

@@ -11,8 +11,8 @@ import sys
 import time
 from typing import Any
 
-from harness.worker.protocol import ENV_CPU_THREADS, ENV_LOG, ENV_MEMORY_LIMIT, ENV_PARENT
 from harness.jobs import TrialJob, TrialResult, TrialStatus
+from harness.worker.protocol import ENV_CPU_THREADS, ENV_LOG, ENV_MEMORY_LIMIT, ENV_PARENT
 from harness.worker.server import Server, answer
 
 

@@ -185,6 +185,7 @@ class TrialWorker:
             return result
         proc = self._proc
         if proc.poll() is None and until is not None and time.monotonic() >= until:
+            assert deadline_s is not None  # until was set from it
             self.kill()
             return TrialResult(TrialStatus.DEADLINE, reason=f"deadline: no result after {float(deadline_s):g} s "
                                "(search.trial_deadline_s); the worker was killed")

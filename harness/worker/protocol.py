@@ -5,6 +5,7 @@ themselves are harness.jobs.TrialJob and TrialResult."""
 from __future__ import annotations
 
 import signal
+
 STARTUP_TIMEOUT_S = 300.0  # a child that has not said "ready" by then is broken (an import that hangs)
 ENV_PARENT = "HARNESS_WORKER_PARENT"
 ENV_MEMORY_LIMIT = "HARNESS_WORKER_MEMORY_LIMIT_GB"

@@ -25,8 +25,8 @@ from harness.workloads.attention import (
     valid_prefix_attention,
 )
 from harness.workloads.base import LAYOUTS, Bound, CallBatch, Plan, Workload, WorkloadError, dtype_name, parse_dtype
-from harness.workloads.draws import BatchError, batch_for, rebind
 from harness.workloads.cast import CastConfig
+from harness.workloads.draws import BatchError, batch_for, rebind
 from harness.workloads.inputs import Captured, file_sha256, find_captured, load_captured, tensor_sha256
 from harness.workloads.registry import (
     CPU_SCALES,

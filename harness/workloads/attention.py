@@ -244,6 +244,7 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
 
         return Bound(lambda: valid_prefix_attention(queries, k, v, valid), reference)
 
+    activations: tuple[str, ...]
     if s["role"] == "self":  # the chunk's own keys and values: the last `queries` of the valid prefix
         activations, varying = ("q", "k", "v"), {name: (2, max(0, valid - s["queries"]), valid) for name in "kv"}
     else:

@@ -332,7 +332,9 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
 
         def reference(wide: torch.dtype) -> torch.Tensor:
             twin = copy.deepcopy(module).to(wide)
-            for attn in (twin.block.attn1, twin.block.attn2):
+            # diffusers' attention modules (nn.Module's __getattr__ types them as Tensor | Module)
+            attns: tuple[Any, ...] = (twin.block.attn1, twin.block.attn2)
+            for attn in attns:
                 attn.processor.exact = True
             with torch.no_grad(), _Float64Kept():
                 return twin(tokens.to(wide), context.to(wide), temb.to(wide))

@@ -27,7 +27,8 @@ STATUS_OF_FAULT = {"raise": "failed", "oom": "oom", "cuda_oom": "oom", "segfault
                    "hang": "deadline", "wait_kill": "crashed"}
 CARD = "vae-480-conv3d-16to16k111t3-9507c7"
 STUDY = f"fault_injection:{CARD}"
-TINY = ["experiment=vae_channels_last", "experiment.module=tests.app.fault_experiment", "experiment.name=fault_injection", f"cards=[{CARD}]",
+TINY = ["experiment=vae_channels_last", "experiment.module=tests.app.fault_experiment",
+        "experiment.name=fault_injection", f"cards=[{CARD}]",
         "workload.cpu_scale=0.05", "timing.budget_s=0.05", "timing.min_repeats=3", "timing.confirm_rounds=2",
         "timing.drift_budget_s=0.02", "~experiment.space"]
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from harness.auto import candidate_experiments, plan_auto
-from harness.cards.model import load_report
 from harness.cards.diff import diff_cards
-from harness.cards.measures import card_time_us
 from harness.cards.lint import lint_report
+from harness.cards.measures import card_time_us
+from harness.cards.model import load_report
 from harness.cards.rules import classify_report
 from harness.experiment import ExperimentError, Prepared
 from harness.overview import CardResult, render_end_to_end

@@ -47,7 +47,8 @@ def test_the_shim_hides_the_optional_packages_as_if_never_installed(tmp_path):
         "    except ModuleNotFoundError:\n"
         "        pass\n"
         "import torch, harness.experiment\n"  # what stays visible: the base install
-        "print(json.dumps({'found': found, 'imported': imported, 'torch': importlib.util.find_spec('torch') is not None}))\n"
+        "print(json.dumps({'found': found, 'imported': imported,\n"
+        "                  'torch': importlib.util.find_spec('torch') is not None}))\n"
     )
     proc = _python(tmp_path, "-c", probe, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -66,7 +67,8 @@ def test_auto_plans_without_the_extras_and_leaves_the_chunk_cards_out_with_what_
     assert all("needs diffusers: pip install -e '.[chunk]'" in e["unavailable"] for e in chunks)
     assert not any(e.get("unavailable") for e in plan["cards"] if not e.get("chunk"))
     plan_md = (tmp_path / "plan" / "plan.md").read_text()
-    assert "- left out on this install (the vae_decode workload needs diffusers: pip install -e '.[chunk]'): " in plan_md
+    assert ("- left out on this install (the vae_decode workload needs diffusers: pip install -e '.[chunk]'): "
+            in plan_md)
 
     # Selecting only a chunk experiment is a one-line error naming the extra, before any worker starts.
     chunk = _harness(tmp_path, "chunk", "experiment=vae_decode_chunk")

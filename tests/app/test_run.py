@@ -90,7 +90,8 @@ def test_bf16_conv_is_not_drawn_with_its_reason_on_a_cpu_without_bf16_math(tmp_p
 def test_with_fewer_trials_than_the_space_no_trial_is_spent_on_a_cuda_only_variant_on_a_cpu(tmp_path):
     # 2 trials, 4 configurations of which 2 need CUDA: the default exhaustive search (seed 0) queued
     # blas_library for one of the two before, a trial spent on a skip; now it is not drawn.
-    space = "{blas_library: {library: [cublas, cublaslt]}, dtype_layout: {compute_dtype: [float32], weight_layout: [nk, kn]}}"
+    space = ("{blas_library: {library: [cublas, cublaslt]}, "
+             "dtype_layout: {compute_dtype: [float32], weight_layout: [nk, kn]}}")
     card = "dit-480-linear-m3n5120k256-ff7b7c"
     proc = _run(tmp_path, "experiment=dit_gemm_tiles", f"cards=[{card}]", "search.n_trials=2",
                 "~experiment.space", f"+experiment.space={space}")

@@ -262,7 +262,7 @@ def test_two_processes_share_one_study(tmp_path, kind):
     # n_trials=2 of the three variants: the cap holds for the study, not per process.
     procs = [_start(tmp_path / f"run{i}", *overrides, "search.resume=true", "search.n_trials=2") for i in (0, 1)]
     outs = [p.communicate(timeout=600) for p in procs]
-    for proc, (stdout, stderr) in zip(procs, outs):
+    for proc, (_stdout, stderr) in zip(procs, outs):
         assert proc.returncode == 0, stderr[-3000:]
     study = optuna.load_study(study_name=study_name, storage=make_storage(storage))
     counted = budget_trials(study.trials)

@@ -12,15 +12,23 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import optuna
 import pytest
 
 from harness.config_schema import bounded, one_of
 from harness.search import SearchError, make_storage
-from harness.validate import (CONF_DIR, ConfigError, check_creatable, check_output_dir, compose_checked, requirement,
-                              settings_of, validate_config, value_problem)
+from harness.validate import (
+    CONF_DIR,
+    ConfigError,
+    check_creatable,
+    check_output_dir,
+    compose_checked,
+    requirement,
+    settings_of,
+    validate_config,
+    value_problem,
+)
 
 CARD = "vae-480-conv3d-16to16k111t3-9507c7"
 
@@ -107,7 +115,7 @@ def test_all_problems_on_one_line():
 @dataclass
 class Planted:
     ratio: float = bounded(0.5, low=2, high=5, high_open=True)
-    count: Optional[int] = bounded(None, low=0, low_open=True)
+    count: int | None = bounded(None, low=0, low_open=True)
     mode: str = one_of("a", "a", "b")
 
 

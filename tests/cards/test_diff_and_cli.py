@@ -16,7 +16,8 @@ from harness.cards.rules import classify_card
 
 
 def test_kernel_families_survive_tile_and_dtype_changes():
-    assert kernel_family("void cudnn::nchwToNhwcKernel(cudnn::nchw2nhwc_params_t, const T1 *, T2 *)") == "nchwToNhwcKernel"
+    assert (kernel_family("void cudnn::nchwToNhwcKernel(cudnn::nchw2nhwc_params_t, const T1 *, T2 *)")
+            == "nchwToNhwcKernel")
     a = kernel_family("sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32")
     b = kernel_family("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize256x64x64")
     assert a == b == "xmma_fprop_implicit_gemm"

@@ -14,12 +14,12 @@ import optuna
 import pytest
 
 from harness.cards.cli import main
-from harness.report.html import render_diff_html, render_run_html, write_run_html
+from harness.cards.diff import diff_reports
 from harness.cards.lint import normalize
 from harness.cards.model import Report, load_report, save_report
-from harness.report.roofline import device_roofs
 from harness.cards.rules import classify_card
-from harness.cards.diff import diff_reports
+from harness.report.html import render_diff_html, render_run_html, write_run_html
+from harness.report.roofline import device_roofs
 from tests.app.test_run import _run
 from tests.cards.test_verdict_rows import _batched_pair, _pair
 

@@ -65,7 +65,8 @@ def test_card_ids_are_unique_short_and_filename_safe(seed_report):
         ('{"cards": 3}', "'cards' must be list"),
         ('{"cards": [{"stage": "x"}]}', "missing field 'kernels'"),
         ('{"cards": [{"group": 1, "stage": "x", "op": "y", "kernels": []}]}', "'group' must be str"),
-        ('{"cards": [{"group": "g", "stage": "x", "op": "y", "kernels": [{"kernel": "k", "metrics": {"dur_us": "5"}}]}]}',
+        ('{"cards": [{"group": "g", "stage": "x", "op": "y", '
+         '"kernels": [{"kernel": "k", "metrics": {"dur_us": "5"}}]}]}',
          "metric 'dur_us' must be a number"),
         ('{"cards": [], "summary": {"x": "1"}}', "must be an integer count"),
     ],

@@ -53,7 +53,8 @@ def test_default_rules_text_is_the_reports(seed_report):
          PARTIAL_WAVE_TAIL),
         ({"sm_pct": 50, "dram_pct": 10, "l2_pct": 10, "sm_cycles_active": 85, "cycles_elapsed": 100, "waves": 1.5},
          UNRESOLVED),  # 0.85 is not < 0.85
-        ({"sm_pct": 39, "tensor_pct": 1, "dram_pct": 1, "l2_pct": 1, "warps_active_pct": 24.9}, LATENCY_OR_OCCUPANCY_LIMITED),
+        ({"sm_pct": 39, "tensor_pct": 1, "dram_pct": 1, "l2_pct": 1, "warps_active_pct": 24.9},
+         LATENCY_OR_OCCUPANCY_LIMITED),
         ({"sm_pct": 39, "tensor_pct": 1, "dram_pct": 1, "l2_pct": 1, "warps_active_pct": 25, "waves": 1.0}, UNRESOLVED),
     ],
 )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cards.diff import diff_cards, ReportDiff
+from harness.cards.diff import ReportDiff, diff_cards
 from harness.cards.diff_markdown import render_markdown
 from harness.cards.lint import normalize
 from harness.cards.model import Kernel

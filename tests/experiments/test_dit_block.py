@@ -48,7 +48,8 @@ def test_one_block_card_per_resolution_contains_the_rank_s_dit_cards(report):
     assert chunk.extra["contains"] == [QKV_480, OUT_480, CROSS_480, UP_480, DOWN_480, SELF_480]
     assert not OUTSIDE_480 & set(chunk.extra["contains"])
     ops = chunk.extra["chunk"]["ops"]
-    assert ops[QKV_480]["modules"] == ["attn1.to_q", "attn1.to_k", "attn1.to_v"] and ops[QKV_480]["calls_per_chunk"] == 1
+    assert ops[QKV_480]["modules"] == ["attn1.to_q", "attn1.to_k", "attn1.to_v"]
+    assert ops[QKV_480]["calls_per_chunk"] == 1
     assert ops[CROSS_480]["calls_per_chunk"] == 2  # the cross-attention's query and output projections
     assert "attention-480-fa3-self-4680of29640-b97006" in chunk.extra["chunk"]["first_chunk_only"]
     assert chunk.shape_parameters == {"tokens": 1170, "ranks": 4, "valid_keys": 28080, "allocated_keys": 29640,
@@ -75,7 +76,8 @@ def _measured(report, kernels: list[tuple[str, str, list[list[int]], float]]) ->
                 extra={"id": chunk.id, "contains": chunk.extra["contains"], "chunk": chunk.extra["chunk"],
                        "workload": {"shape": shape}})
     for name, within, shapes, dur in kernels:
-        card.kernels.append(Kernel(name=name, metrics={"dur_us": dur}, extra={"within": within, "within_shapes": shapes}))
+        card.kernels.append(Kernel(name=name, metrics={"dur_us": dur},
+                                   extra={"within": within, "within_shapes": shapes}))
     return card
 
 

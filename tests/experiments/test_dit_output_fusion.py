@@ -108,13 +108,15 @@ def test_each_cpu_variant_is_correct(head, standard, variant, params):
 
 
 def test_the_fold_is_exact_algebra_in_float64(head):
-    hidden, shift, scale, weight, bias = (head.inputs[n].double() for n in ("hidden", "shift", "scale", "weight", "bias"))
+    hidden, shift, scale, weight, bias = (head.inputs[n].double()
+                                          for n in ("hidden", "shift", "scale", "weight", "bias"))
     folded_weight, folded_bias = fusion.fold(weight, bias, shift, scale)
     assert folded_weight.dtype == torch.float64 and folded_weight.shape == (3, 64, 256)
     normed = F.layer_norm(hidden, (256,), eps=1e-6)
     rows = hidden.shape[0]
     modulated = F.linear(normed * (1 + _by_row(scale, rows)) + _by_row(shift, rows), weight, bias)
-    by_fold = torch.cat([F.linear(block, folded_weight[f], folded_bias[f]) for f, block in enumerate(normed.split(rows // 3))])
+    by_fold = torch.cat([F.linear(block, folded_weight[f], folded_bias[f])
+                         for f, block in enumerate(normed.split(rows // 3))])
     assert torch.allclose(by_fold, modulated, rtol=0, atol=1e-12)
     assert torch.allclose(fusion.folded_head(hidden, folded_weight, folded_bias), modulated, rtol=0, atol=1e-12)
 

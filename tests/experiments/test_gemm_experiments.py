@@ -144,7 +144,8 @@ def test_launchable_configs_pass():
 @pytest.mark.parametrize(
     "config,elem,match",
     [
-        (_tile(128, 256, 64, stages=5), 2, "shared memory 245760 B = 5 stages x \\(128x64 \\+ 64x256\\) x 2 B exceeds the 232448 B"),
+        (_tile(128, 256, 64, stages=5), 2,
+         "shared memory 245760 B = 5 stages x \\(128x64 \\+ 64x256\\) x 2 B exceeds the 232448 B"),
         (_tile(128, 128, 64, stages=4), 4, "shared memory 262144 B"),  # float32 doubles the bytes
         (_tile(128, 256, 64, stages=3, warps=4), 2, "256 registers per thread"),
         (_tile(96, 128, 64), 2, "BLOCK_M=96: tl.arange needs a power of two"),

@@ -9,8 +9,8 @@ import pytest
 
 from experiments.stall_breakdown import DECISIVE_SHARE, add_stalls, stall_evidence, stall_shares
 from harness.cards.diff import diff_cards
-from harness.cards.measures import NOT_MEASURABLE, YES, NO
 from harness.cards.lint import normalize
+from harness.cards.measures import NO, NOT_MEASURABLE, YES
 from harness.profile.ncu.importer import cards_from_ncu
 
 REPORT = Path(__file__).resolve().parents[1] / "fixtures" / "ncu" / "report_rtx3080_montecarlo.ncu-rep"

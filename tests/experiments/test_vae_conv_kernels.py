@@ -1,7 +1,7 @@
 """vae_conv_kernels: every CPU variant against the float64 reference, a planted lost bias caught, frame
-batching on the harness's windows (every call against its own reference), launch pruning, executed FLOPs and waves by hand, the evidence
-hook, the config's space, and the Triton implicit-GEMM kernel without a GPU (Triton's interpreter, and an
-ahead-of-time sm_90 compile). Tests that run the real GPU paths are marked `gpu`.
+batching on the harness's windows (every call against its own reference), launch pruning, executed FLOPs and
+waves by hand, the evidence hook, the config's space, and the Triton implicit-GEMM kernel without a GPU
+(Triton's interpreter, and an ahead-of-time sm_90 compile). Tests that run the real GPU paths are marked `gpu`.
 
 Shapes are the report's conv3d shapes made small (3x3x3 causal on T=6 = 4 new + 2 cached frames, one new
 frame, (3,1,1), pointwise kT=1) plus padding, stride and dilation; expected numbers are formulas written here.

@@ -170,7 +170,8 @@ def test_composed_applies_what_the_op_card_runs_adopted(tiny, report, monkeypatc
 
     conv = "vae-480-conv3d-96to96k333t6-13c157"
     kept = report.card(conv)
-    kept.extra = {**kept.extra, "applied": [_adopted("channels_last_3d", {"input": {"memory_format": "channels_last_3d"}})]}
+    kept.extra = {**kept.extra,
+                  "applied": [_adopted("channels_last_3d", {"input": {"memory_format": "channels_last_3d"}})]}
     adopted = adopted_by_card([Report(cards=[kept])], _chunk(report, "480").extra["contains"])
     assert list(adopted) == [conv]
 

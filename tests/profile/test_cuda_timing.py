@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 import torch
 
 from harness.cards.fields import SOURCE_TORCH_CUDA_TRACE
 from harness.profile.base import ProfilerUnavailable, WorkloadFacts
-import ctypes
-
 from harness.profile.cuda_timing import (
     CLOCK_GAP_US,
     CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE,

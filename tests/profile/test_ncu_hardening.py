@@ -274,7 +274,8 @@ def test_auto_query_failure_leaves_the_list_unchecked(tmp_path: Path, monkeypatc
     names, _, note = backend.chip_metrics("auto", str(fake_ncu))
     assert names is None and "LibraryNotLoaded" in (note or "")
     ok = tmp_path / "ncu_ok"
-    ok.write_text("#!/bin/sh\necho 'gpu__time_duration.sum   duration'\necho 'sm__throughput.avg.pct_of_peak_sustained_elapsed x'\n")
+    ok.write_text("#!/bin/sh\necho 'gpu__time_duration.sum   duration'\n"
+                  "echo 'sm__throughput.avg.pct_of_peak_sustained_elapsed x'\n")
     ok.chmod(0o755)
     names, _, note = backend.chip_metrics("auto", str(ok))
     assert note is None and names == {"gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed"}

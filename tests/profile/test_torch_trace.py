@@ -381,4 +381,5 @@ def test_a_chunks_kernels_name_the_op_or_scope_they_ran_under():
     assert (linear["within"], linear["launched_by"]) == ("dit_block/attn1.to_q", "aten::linear")
     assert (conv["within"], conv["within_shapes"][:2]) == ("aten::conv3d", [[1, 96, 6, 10, 10], [96, 96, 3, 3, 3]])
     one_op = WorkloadFacts(flops=1e9, min_bytes=1e6, dtype="bfloat16", op_kind="linear")
-    assert "within" not in build_profile(trace, one_op, lookup("NVIDIA H200"), Tf32Switches(True, False)).kernels[0].extra
+    profile = build_profile(trace, one_op, lookup("NVIDIA H200"), Tf32Switches(True, False))
+    assert "within" not in profile.kernels[0].extra

@@ -235,7 +235,8 @@ def test_calls_of_a_redraw_are_that_draws_own():
 
 
 def test_other_op_kinds_do_not_batch_and_bad_counts_are_refused():
-    for w in (build_workload("attention", SELF, attention=SMALL_HEADS), build_workload("cast", {"shape": [1, 3, 2, 8, 8]})):
+    for w in (build_workload("attention", SELF, attention=SMALL_HEADS),
+              build_workload("cast", {"shape": [1, 3, 2, 8, 8]})):
         with pytest.raises(WorkloadError, match=f"{w.op_kind}: batching calls does not apply"):
             w.calls(2)
     with pytest.raises(WorkloadError, match="calls must be at least 1"):

@@ -7,14 +7,13 @@ one card per kernel name with group_by="kernel". Classification is left to the c
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
-
 import os
 from pathlib import Path
 from typing import Literal
 
 from harness.cards.fields import SOURCE_NCU
 from harness.cards.model import Card, Kernel, empty_metrics
+from harness.errors import HarnessError
 from harness.profile.ncu.failures import NcuFailure, detect
 from harness.profile.ncu.parse import NcuKernelRecord, counter_metrics, parse_text, report_metrics
 from harness.profile.ncu.report_file import read_report

@@ -188,8 +188,9 @@ def resolve_metrics(requested: list[str], available: set[str] | None, source: st
     dropped: list[str] = []
     notes: list[str] = []
     for name in requested:
+        pick: str | None
         if is_attribute(name) or _has(name, available):
-            pick: str | None = name
+            pick = name
         else:
             pick = next((alt for alt in _alternatives_of(name) if alt in available), None)
             if pick is None:

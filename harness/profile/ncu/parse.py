@@ -17,14 +17,13 @@ note says which unit (one odd unit must not cost a trial its other fields); with
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
-
 import csv
 import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from harness.cards.fields import METRIC_UNITS
+from harness.errors import HarnessError
 from harness.profile.ncu.metrics import CACHE_BYTES_METRICS, FIELD_SOURCES, STALL_METRIC
 from harness.profile.ncu.units import NcuUnitError, to_report_unit
 

@@ -8,8 +8,6 @@ Two ways, tried in order:
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
-
 import importlib
 import os
 import sys
@@ -17,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from harness.errors import HarnessError
 from harness.profile.ncu.command import export_command, find_ncu
 from harness.profile.ncu.metrics import CACHE_BYTES_METRICS, FIELD_SOURCES, STALL_METRIC
 from harness.profile.ncu.parse import REPORT, NcuKernelRecord, Value, nvtx_path, parse_text

@@ -9,9 +9,9 @@ a guess. Byte prefixes are decimal as ncu prints them (1 Kbyte = 1000 bytes); Ki
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
-
 from fractions import Fraction
+
+from harness.errors import HarnessError
 
 
 class NcuUnitError(HarnessError):
