@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from harness.cards.model import Card
@@ -21,10 +21,15 @@ SIMILAR_CUTOFF = 0.6  # difflib ratio below which an id is not offered as "simil
 _OP_KINDS = {
     "aten.linear.default": "linear",
     "aten.conv3d.default": "conv3d",
+    "aten.conv2d.default": "conv2d",
     "aten.to.dtype": "cast",
     "flash_attn_v2": "attention",
     "flash_attn_v3": "attention",
+    "aten.scaled_dot_product_attention.default": "attention",
 }
+# A captured op no workload family models: replayed as captured (harness.workloads.replay). Such a card
+# says so by its `op_kind` field (Card.op_kind), since its op name alone is any aten op.
+REPLAY = "replay"
 
 
 def op_kind(op: str) -> str:
@@ -48,12 +53,27 @@ def _shape_tag(card: Card) -> str:
             cin, t = p["input"][1], p["input"][2]
             cout, kt, kh, kw = p["weight"][0], p["weight"][2], p["weight"][3], p["weight"][4]
             return f"{cin}to{cout}k{kt}{kh}{kw}t{t}"
+        if kind == "conv2d":
+            cin, cout, kh, kw = p["input"][1], p["weight"][0], p["weight"][2], p["weight"][3]
+            return f"{cin}to{cout}k{kh}{kw}"
         if kind == "attention":
-            version = "fa3" if card.op.endswith("3") else "fa2"
+            version = {"flash_attn_v3": "fa3", "flash_attn_v2": "fa2"}.get(card.op, "sdpa")
             return f"{version}-{p['role']}-{p['valid_keys']}of{p['allocated_keys']}"
+        if kind == REPLAY:
+            return replay_tag(card.op, p)
     except (KeyError, IndexError, TypeError):
         pass
     return ""
+
+
+def replay_tag(op: str, params: dict[str, Any]) -> str:
+    """`aten.group_norm.default` on a [1, 96, 3, 8, 6] input -> `group_norm-1x96x3x8x6`."""
+    name = op.split(".")[1] if op.startswith("aten.") and op.count(".") >= 2 else op.rsplit(".", 1)[-1]
+    tensors = params.get("tensors")
+    first = next(iter(tensors.values()), None) if isinstance(tensors, dict) else None
+    shape = first.get("shape") if isinstance(first, dict) else None
+    dims = "x".join(str(d) for d in shape) if isinstance(shape, list) and shape else ""
+    return "-".join(part for part in (name.strip("_"), dims) if part)
 
 
 _HASH_SUFFIX = re.compile(r"-[0-9a-f]{6}$")

@@ -7,8 +7,6 @@ the way back out.
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
-
 import copy
 import json
 import math
@@ -17,10 +15,11 @@ import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from harness.cards.fields import METRIC_FIELDS
 from harness.cards.ids import derive_card_id, id_stem, op_kind, similar_ids
+from harness.errors import HarnessError
 
 DEFAULT_REPORT_NAME = "lingbot_world_realtime_ncu_20260908.json"
 
@@ -32,7 +31,7 @@ class ReportError(HarnessError):
 Number = float | int
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -119,6 +118,11 @@ class Card:
 
     @property
     def op_kind(self) -> str:
+        """The workload family: the card's own `op_kind` field where it has one (a captured op replayed as
+        captured: `replay`), else the family of its op name."""
+        explicit = self.extra.get("op_kind")
+        if isinstance(explicit, str) and explicit:
+            return explicit
         return op_kind(self.op)
 
     def kernel(self, name: str) -> Kernel | None:

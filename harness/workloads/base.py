@@ -13,14 +13,14 @@ Every failure to build a card is a `WorkloadError` with a one-line message.
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
-
 import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, overload
 
 import torch
+
+from harness.errors import HarnessError
 
 if TYPE_CHECKING:
     from harness.workloads.frames import FrameWindows
@@ -73,6 +73,14 @@ def parse_dtype(value: str | torch.dtype, what: str = "dtype") -> torch.dtype:
 
 def element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
+
+
+@overload
+def parse_layout(value: str) -> str: ...
+
+
+@overload
+def parse_layout(value: None) -> None: ...
 
 
 def parse_layout(value: str | None) -> str | None:
@@ -226,6 +234,8 @@ class Draws:
     varying: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     # The op's k calls (w, k) -> CallBatch; None: batching calls does not apply to this op kind.
     calls: Callable[[Workload, int], CallBatch] | None = None
+    # Activations of a captured second call of the op (harness.workloads.inputs.SECOND_CALL): their draw 1.
+    second_call: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass

@@ -13,8 +13,8 @@ itself: whatever it supplies it can get wrong the same way twice. So the harness
   dtype, device and memory format (strides), drawn from the activation's spread (the distribution
   the builder drew it from; for a captured tensor its own mean and standard deviation, or its range),
   with its own float64 reference (the op's `bind`). The constants are the same tensor objects. Draw 0
-  is the workload itself. A captured file holds one call of the op, so a captured activation's other
-  draws are seeded too (the workload's notes say so).
+  is the workload itself. Draw 1 of a captured activation whose file also holds the op's second call
+  (harness.capture) is that call; its other draws are seeded (the workload's notes say so).
 - `calls(w, k)`: k calls of the op, call 0 being exactly the workload's inputs, with each call's
   reference and the stacked form a batched op takes: a linear's k calls are the draws 0..k-1 of its rows
   (`independent_calls`), a conv3d's k consecutive streaming windows of one frame sequence
@@ -71,6 +71,8 @@ def drawn_like(w: Workload, name: str, key: str) -> torch.Tensor:
     values from its spread; of an activation with a varying block, only that block is drawn anew."""
     draws = draws_of(w)
     current = w.inputs[name]
+    if key == draw_key(1) and name in draws.second_call:  # the model's own second call, captured
+        return torch.empty_like(current).copy_(draws.second_call[name])
     spread = draws.spreads[name]
     block = draws.varying.get(name)
     if block is None:

@@ -28,6 +28,10 @@ Synthetic inputs
 each tensor is the same for a seed on every device and independent of the others; values are float32
 and cast to the workload's dtype afterwards.
 
+A file may also hold an activation's second captured call, `<name>@call1` (harness.capture): that is then the
+activation's draw 1 (harness.workloads.draws), the second draw of every correctness check, instead of a seeded
+one.
+
 Every tensor taken records its `Spread` (`Source.spreads`): the distribution it was drawn from, or for a
 captured tensor its measured mean and standard deviation (its range, where the builder asked for uniform
 values). Another draw of an activation (harness.workloads.draws) comes from that spread, so it has the
@@ -48,6 +52,9 @@ import torch
 from harness.workloads.base import WorkloadError
 
 EXTENSIONS = (".safetensors", ".pt", ".pth")
+# The suffix of a captured tensor's second call in the same file (harness.capture writes it when the op ran
+# twice or more): the workload's draw 1 of that activation is then the model's own second call.
+SECOND_CALL = "@call1"
 MIN_PREFIX = 12
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _LEADS = ("sha256-", "sha256_", "sha256:")
@@ -124,7 +131,8 @@ def tensor_bytes(tensor: torch.Tensor) -> memoryview:
     flat = tensor.detach().to("cpu").contiguous().reshape(-1)
     if flat.numel() == 0:
         return memoryview(b"")
-    return memoryview(flat.view(torch.uint8).numpy())
+    # numpy's stubs give ndarray its buffer protocol (__buffer__) on Python >= 3.12 only
+    return memoryview(flat.view(torch.uint8).numpy())  # type: ignore[arg-type]
 
 
 def tensor_sha256(tensor: torch.Tensor) -> str:
@@ -274,6 +282,8 @@ class Source:
         self.synthetic_names: list[str] = []
         self.notes: list[str] = []
         self.spreads: dict[str, Spread] = {}  # every tensor taken, by name: what another draw of it follows
+        # A captured second call of the op (tensors named `<name>@call1`): that activation's draw 1.
+        self.second_call: dict[str, torch.Tensor] = {}
 
     def find(self, aliases: tuple[str, ...], primary: bool) -> tuple[str, torch.Tensor] | None:
         if self.captured is None:
@@ -320,6 +330,11 @@ class Source:
                 self.notes.append(f"captured {key!r} sliced from {list(original)} to {list(target)} (leading block)")
             self.used.append(name)
             self.spreads[name] = Spread.measured(tensor, uniform is not None)
+            second = self.find((f"{key}{SECOND_CALL}",), primary=False)
+            if second is not None:
+                again = adapt(second[1]) if adapt is not None else second[1]
+                again, _ = fit_to(again, original, target, f"tensor {second[0]!r}")
+                self.second_call[name] = again.to(device=self.device, dtype=dtype)
             return tensor.to(device=self.device, dtype=dtype)
         self.synthetic_names.append(name)
         self.spreads[name] = Spread(std=std, uniform=uniform)

@@ -40,6 +40,9 @@ OP_KINDS = ("linear", "conv3d", "attention", "cast")  # the report's op cards; C
 CPU_SCALES = {"linear": 0.25, "conv3d": 0.25, "attention": 0.1, "cast": 0.5, "vae_decode": 0.04, "dit_block": 0.01}
 _MODULES = {"linear": _linear, "conv3d": _conv3d, "attention": _attention, "cast": _cast,
             "vae_decode": _vae_decode, "dit_block": _dit_block}
+# The defaults of plan_workload/build_workload: frozen dataclasses, so one shared instance each.
+_DEFAULT_ATTENTION = AttentionConfig()
+_DEFAULT_CAST = CastConfig()
 
 
 def unavailable(op_kind: str) -> str | None:
@@ -59,8 +62,8 @@ def plan_workload(
     *,
     dtype: str | torch.dtype = "float32",
     scale: float = 1.0,
-    attention: AttentionConfig = AttentionConfig(),
-    cast: CastConfig = CastConfig(),
+    attention: AttentionConfig = _DEFAULT_ATTENTION,
+    cast: CastConfig = _DEFAULT_CAST,
     resolution: str | None = None,
 ) -> Plan:
     """The shape, output shape, FLOPs and minimum bytes of a card's op at `scale`, without tensors."""
@@ -87,8 +90,8 @@ def build_workload(
     seed: int = 0,
     inputs_dir: str | None = None,
     input_sha256: str | None = None,
-    attention: AttentionConfig = AttentionConfig(),
-    cast: CastConfig = CastConfig(),
+    attention: AttentionConfig = _DEFAULT_ATTENTION,
+    cast: CastConfig = _DEFAULT_CAST,
     resolution: str | None = None,
 ) -> Workload:
     """Materialize a card's op: inputs on `device` in `dtype`/`layout`, a baseline `run`, roofline facts.
@@ -123,8 +126,11 @@ def build_workload(
     notes.extend(source.summary_notes())
     captured_activations = [name for name in activations if name in source.used]
     if captured_activations:
+        second = [name for name in captured_activations if name in source.second_call]
         notes.append(f"other draws of the captured {', '.join(captured_activations)} (Workload.redraw, calls) are "
-                     "seeded at its measured spread: a captured file holds one call of the op")
+                     "seeded at its measured spread"
+                     + (f", but draw 1 of {', '.join(second)} is the op's captured second call" if second
+                        else ": the captured file holds one call of the op"))
     if plan.scale < 1.0:
         notes.append(f"scaled by {plan.scale:g}: {plan.original_shape} -> {plan.shape}")
     return Workload(
@@ -153,7 +159,8 @@ def build_workload(
         module=built.get("module"),
         activations=activations,
         _draws=Draws(bind=built["bind"], spreads={name: source.spreads[name] for name in activations}, seed=seed,
-                     varying=built.get("varying", {}), calls=built.get("calls")),
+                     varying=built.get("varying", {}), calls=built.get("calls"),
+                     second_call={n: source.second_call[n] for n in activations if n in source.second_call}),
         _bound=bound.reference,
     )
 
