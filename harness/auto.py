@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from harness.cards.fields import UNRESOLVED
+from harness.cards.ids import CHUNK_OP_KINDS
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, Report, load_report, write_json_atomic, write_text_atomic
 from harness.cards.rules import RuleSet, classify_report
@@ -28,7 +29,6 @@ from harness.provenance import report_sha256
 from harness.report.html import render_index_html
 from harness.run import RunError, card_results, execute
 from harness.selection import SelectionError, in_scope, pick_cards
-from harness.workloads.base import CHUNK_OP_KINDS
 from harness.workloads.registry import unavailable
 
 log = logging.getLogger("harness")

@@ -17,6 +17,7 @@ import optuna
 from tqdm import tqdm
 
 from harness.cards.checks import check_named
+from harness.cards.ids import CHUNK_OP_KINDS
 from harness.cards.model import Card, Report, ReportError, load_report, save_report
 from harness.cards.noise import paired_verdict
 from harness.jobs import OUTCOMES, ConfirmPlan, Judgement, TimingSettings, TrialJob, TrialResult, TrialStatus, status_of
@@ -46,7 +47,6 @@ from harness.worker import (
     quiet_trial_failures,
     worker_for,
 )
-from harness.workloads.base import CHUNK_OP_KINDS
 from harness.workloads.registry import cast_frames_from_report
 
 log = logging.getLogger("harness")

@@ -39,10 +39,11 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
+from harness.cards.ids import CHUNK_OP_KINDS
 from harness.cards.model import Card, Kernel, Report
 from harness.dit_chunks import KernelFinder, dit_chunk_cards
 from harness.dit_chunks import kernel_finder as dit_kernel_finder
-from harness.workloads.base import CHUNK_OP_KINDS, parse_resolution
+from harness.workloads.base import parse_resolution
 from harness.workloads.dit_block import KIND as DIT_BLOCK
 from harness.workloads.vae_decode import KIND as VAE_DECODE
 from harness.workloads.vae_decode import WAN21, Layer, decoder_layers, plan

@@ -30,8 +30,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from harness.cards.ids import CHUNK_OP_KINDS
 from harness.correctness import TF32, CorrectnessError, precision_name, storage_dtype, unit_roundoff
-from harness.workloads.base import CHUNK_OP_KINDS, CallBatch, Workload, dtype_name
+from harness.workloads.base import CallBatch, Workload, dtype_name
 
 _TF32_DROPPED_BITS = 13  # float32 keeps 23 fraction bits, TF32 10
 
@@ -129,7 +130,7 @@ def emulated_reference(source: Workload | CallBatch, precision: str,
     """The float64 reference of `source`'s op on its inputs rounded to `precision`, summed exactly, and
     rounded to `output_dtype` when that is bf16 or fp16 (a float32 output is left unrounded here; the
     judge rounds the reference when such an output's values lie on the lowered grid). float64, on the
-    reference's device. None for a chunk workload (harness.workloads.base.CHUNK_OP_KINDS): its module's
+    reference's device. None for a chunk workload (harness.cards.ids.CHUNK_OP_KINDS): its module's
     weights and every op in between round too, which rounding its inputs does not model.
 
     `source` is a workload whose reference reads its own `inputs` (the workload as built, e.g. the first

@@ -30,6 +30,9 @@ _OP_KINDS = {
 # A captured op no workload family models: replayed as captured (harness.workloads.replay). Such a card
 # says so by its `op_kind` field (Card.op_kind), since its op name alone is any aten op.
 REPLAY = "replay"
+# Op kinds that run a whole model chunk (many ops) rather than one op: their profile keeps each op's
+# shapes apart, so every op can be attributed to the report card of the same op and shape.
+CHUNK_OP_KINDS = ("vae_decode", "dit_block")
 
 
 def op_kind(op: str) -> str:

@@ -22,7 +22,7 @@ class WorkloadFacts:
     min_bytes: float | None
     dtype: str  # "float32", "bfloat16", "float16", ... (torch dtype name without "torch.")
     op_kind: str  # linear, conv3d, attention, cast, vae_decode
-    # A chunk of many ops (harness.workloads.base.CHUNK_OP_KINDS): keep each op's shapes apart in the
+    # A chunk of many ops (harness.cards.ids.CHUNK_OP_KINDS): keep each op's shapes apart in the
     # profile, so each op can be attributed to the report card of its shape.
     per_shape: bool = False
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, overload
 
 import torch
 
+from harness.cards.ids import CHUNK_OP_KINDS  # re-exported: its one place is harness.cards.ids
 from harness.errors import HarnessError
 
 if TYPE_CHECKING:
@@ -27,9 +28,6 @@ if TYPE_CHECKING:
     from harness.workloads.inputs import Spread
 
 LAYOUTS = ("contiguous", "channels_last_3d")
-# Op kinds that run a whole model chunk (many ops) rather than one op: their profile keeps each op's
-# shapes apart, so every op can be attributed to the report card of the same op and shape.
-CHUNK_OP_KINDS = ("vae_decode", "dit_block")
 
 _DTYPE_ALIASES: dict[str, torch.dtype] = {
     "float32": torch.float32,
