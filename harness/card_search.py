@@ -16,12 +16,7 @@ from typing import Any, Iterator, Mapping
 import optuna
 from tqdm import tqdm
 
-from harness.cards.checks import check_named
-from harness.cards.ids import CHUNK_OP_KINDS
-from harness.cards.model import Card, Report, ReportError, load_report, save_report
-from harness.cards.noise import paired_verdict
-from harness.jobs import OUTCOMES, ConfirmPlan, Judgement, TimingSettings, TrialJob, TrialResult, TrialStatus, status_of
-from harness.rounds import (
+from harness.applied import (
     APPLIED_KEY,
     RoundError,
     adopted_by_card,
@@ -29,6 +24,11 @@ from harness.rounds import (
     applied_of,
     label_text,
 )
+from harness.cards.checks import check_named
+from harness.cards.ids import CHUNK_OP_KINDS
+from harness.cards.model import Card, Report, ReportError, load_report, save_report
+from harness.cards.noise import paired_verdict
+from harness.jobs import OUTCOMES, ConfirmPlan, Judgement, TimingSettings, TrialJob, TrialResult, TrialStatus, status_of
 from harness.run_state import CardOutcome, RunContext, RunError, same_band
 from harness.search import (
     best_feasible,

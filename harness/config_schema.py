@@ -17,9 +17,7 @@ from typing import Any, Mapping
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from harness.correctness import EMULATED_FACTOR
-from harness.workloads.attention import AttentionConfig
-from harness.workloads.cast import CastConfig
+from harness.jobs import EMULATED_FACTOR
 
 SCHEMA_NAME = "harness_schema"
 # `experiment=auto` is not an experiment but the mode that picks them per card: its file sets `experiment: null`.
@@ -149,6 +147,31 @@ class TimingConfig:
     cpu_threads: int | None = bounded(None, low=1)
 
 
+# The workloads' own settings (workload.attention, workload.cast): the fields and defaults of
+# harness.workloads.attention.AttentionConfig and harness.workloads.cast.CastConfig, which the worker builds
+# from them. Copies, because the workloads import torch and the run's side does not; a test
+# (tests/app/test_torch_free_parent.py) holds each equal to its original.
+@dataclass
+class AttentionSettings:
+    heads: int = 10  # per rank: 40 heads / 4 Ulysses ranks
+    head_dim: int = 128
+    queries: int | None = None  # overrides the count derived from the resolution
+    batch: int = 1
+    frames_per_chunk: int = 3  # latent frames per chunk
+    pixels_per_token: int = 16  # VAE stride 8 x patch 2
+
+
+@dataclass
+class CastSettings:
+    dst_dtype: str = "uint8"
+    src_dtype: str | None = None  # None: the workload's dtype
+    frames: int | None = None  # None: shape parameters, the report pair, else DEFAULT_FRAMES
+    channels: int = 3
+    height: int | None = None  # None: from the resolution
+    width: int | None = None
+    batch: int = 1
+
+
 @dataclass
 class WorkloadConfig:
     # Shrinks the largest dimensions so a small machine can run the cards; recorded in every card.
@@ -156,9 +179,8 @@ class WorkloadConfig:
     scale: float | None = bounded(None, low=0, high=1, low_open=True)
     cpu_scale: float = bounded(0.25, low=0, high=1, low_open=True)
     seed: int = bounded(0, low=0)
-    # The workloads' own settings, with their defaults (harness.workloads.attention, .cast).
-    attention: AttentionConfig = field(default_factory=AttentionConfig)
-    cast: CastConfig = field(default_factory=CastConfig)
+    attention: AttentionSettings = field(default_factory=AttentionSettings)
+    cast: CastSettings = field(default_factory=CastSettings)
 
 
 @dataclass
@@ -211,9 +233,6 @@ def schema_node() -> DictConfig:
     node = OmegaConf.structured(HarnessConfig)
     for name in OPEN_SECTIONS:
         OmegaConf.set_struct(node[name], False)
-    # The workloads' settings classes are frozen (read-only nodes); the config must be overridable.
-    for frozen in (node.workload.attention, node.workload.cast):
-        OmegaConf.set_readonly(frozen, False)
     return node
 
 

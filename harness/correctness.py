@@ -111,6 +111,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 import torch
 
 from harness.errors import HarnessError
+from harness.jobs import EMULATED_FACTOR
 from harness.workloads.base import WorkloadError, dtype_name, parse_dtype
 
 if TYPE_CHECKING:  # harness.precision imports this module
@@ -120,8 +121,6 @@ ACCUMULATOR = torch.float32  # what the kernels accumulate lowered-precision pro
 TF32 = "tf32"  # a math mode of float32 tensors, not a storage dtype: torch has no dtype for it
 _TF32_NAMES = (TF32, "tfloat32")
 _TF32_UNIT_ROUNDOFF = 2.0**-11  # TF32 keeps 10 fraction bits
-# harness.config_schema.CorrectnessConfig's default: one step of the lowered grid at the largest element
-EMULATED_FACTOR = 2.0
 
 
 class CorrectnessError(HarnessError):

@@ -21,11 +21,7 @@ One chunk card per resolution (op kind `dit_block`, harness.workloads.dit_block)
 block and the block time as the report would put it (`report_chunk_us`); `summed_kernel_us` stays empty
 so the report's stage totals do not count the DiT twice.
 
-A measured kernel is attributed by module scope where its op runs inside a linear's profiler scope
-(`SCOPE` + module name: the shape alone cannot tell q from the output projection), and by shape for the
-attention (its query and key lengths). On a GPU the torch_cuda backend names each kernel's launching op
-and scope from the trace (harness.profile.torch_trace: Trace.callers); the ncu backend does not, and
-torch.compile drops the scopes: those kernels count as `other`.
+A measured kernel is attributed by module scope and by the attention's shape (harness.chunk_breakdown).
 """
 
 from __future__ import annotations
@@ -36,19 +32,16 @@ from typing import Any, Callable
 import torch
 
 from harness.cards.measures import kernel_sum_us
-from harness.cards.model import Card, Kernel, Report
+from harness.cards.model import Card, Report
 from harness.workloads.attention import AttentionConfig, queries_for_resolution
 from harness.workloads.base import WorkloadError, decode_parameters, parse_resolution
 from harness.workloads.dit_block import KIND as DIT_BLOCK
 from harness.workloads.dit_block import (
-    SCOPE,
     ULYSSES_RANKS,
     WAN14B,
     block_linears,
     plan,
 )
-
-KernelFinder = Callable[[Kernel], "str | None"]
 
 
 def _attention_params(card: Card) -> dict[str, Any] | None:
@@ -152,28 +145,3 @@ def dit_chunk_cards(report: Report) -> list[Card]:
                          key=lambda r: parse_resolution(r) or (0, 0))
     chunks = [_dit_chunk_card(r, [c for c in report.cards if c.resolution == r]) for r in resolutions]
     return [chunk for chunk in chunks if chunk is not None]
-
-
-def kernel_finder(card: Card) -> KernelFinder:
-    """For a measured dit_block card: the contained card each profiled kernel stands for (None: other)."""
-    ops = (card.extra.get("chunk") or {}).get("ops") or {}
-    by_module = {module: cid for cid, op in ops.items() for module in op.get("modules", [])}
-    by_role = {op["role"]: cid for cid, op in ops.items() if op.get("kind") == "attention"}
-    shape = ((card.extra.get("workload") or {}).get("shape")) or {}
-    keys = {shape.get("valid_keys"): "self", shape.get("text_tokens"): "cross"}
-    queries = (shape.get("tokens") or 0) * (shape.get("ranks") or 0)
-
-    def find(kernel: Kernel) -> str | None:
-        within = kernel.extra.get("within") or kernel.name.split("(")[0]
-        if within.startswith(SCOPE):
-            return by_module.get(within[len(SCOPE):])
-        shapes = kernel.extra.get("within_shapes") or kernel.extra.get("input_shapes") or []
-        if "attention" not in within or len(shapes) < 2 or not all(len(s or []) == 4 for s in shapes[:2]):
-            return None
-        if shapes[0][2] != queries:
-            return None
-        role = keys.get(shapes[1][2])
-        return by_role.get(role) if role else None
-
-    return find
-

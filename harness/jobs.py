@@ -20,6 +20,10 @@ from enum import Enum
 from typing import Any, Mapping, TypeVar
 
 BASELINE = "baseline"
+# The correctness rule's default emulated_factor (harness.config_schema.CorrectnessConfig, and
+# harness.correctness.Rule for a section without one): one step of the lowered grid at the largest element.
+# Here because both sides of the worker boundary read it.
+EMULATED_FACTOR = 2.0
 
 
 class TrialStatus(str, Enum):

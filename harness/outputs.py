@@ -23,7 +23,7 @@ from harness.cards.measured import experiment_evidence, facts_not_in_tables
 from harness.cards.measures import TIMING_BASIS
 from harness.cards.model import Card, Report, save_report, write_json_atomic, write_text_atomic
 from harness.cards.rules import RuleSet, class_counts, rules_text
-from harness.chunks import attach_op_breakdowns
+from harness.chunk_breakdown import attach_op_breakdowns
 from harness.experiment import Experiment
 from harness.overview import CardResult, render_end_to_end
 from harness.recipe import render_recipe

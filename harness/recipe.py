@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from harness.applied import APPLIED_KEY, label_text
 from harness.cards.model import Card
-from harness.rounds import APPLIED_KEY, label_text
 
 
 def _interval(entry: Mapping[str, Any]) -> str:

@@ -9,7 +9,8 @@ A run whose report is such a best.json measures, for that card:
 - its own variants on the inputs all applied variants leave (their `carries`: a memory format or a
   dtype of named inputs), so a new variant composes on top where it can: bf16 on channels_last inputs.
 
-Nothing here is timed; the worker calls `round_workload` and `round_baseline` when it builds a card.
+Nothing here is timed; the worker calls `carry` and `round_baseline` when it builds a card. The entries
+themselves are harness.applied's (torch-free: the run reads and writes them), re-exported here.
 """
 
 from __future__ import annotations
@@ -19,17 +20,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
-from harness.errors import HarnessError
+from harness.applied import APPLIED_KEY, RoundError, adopted_by_card, applied_entry, applied_of, label_text
 from harness.workloads.base import Workload, WorkloadError, parse_dtype, parse_layout
 
-APPLIED_KEY = "applied"
+__all__ = ["APPLIED_KEY", "CARRY_KINDS", "RoundError", "adopted_by_card", "applied_entry", "applied_of", "carry",
+           "check_carries", "label_text", "round_baseline"]
+
 # What a variant may carry for an input: how later variants find it.
 CARRY_KINDS = ("memory_format", "dtype")
 _FORMATS = {"contiguous": torch.contiguous_format, "channels_last_3d": torch.channels_last_3d}
-
-
-class RoundError(HarnessError):
-    """A best.json whose applied variants cannot be rebuilt; one line, with the fix."""
 
 
 def check_carries(carries: Mapping[str, Mapping[str, str]]) -> None:
@@ -42,16 +41,6 @@ def check_carries(carries: Mapping[str, Mapping[str, str]]) -> None:
             raise RoundError(f"carries[{name!r}].memory_format: name a layout")
         if "dtype" in change:
             parse_dtype(change["dtype"], what=f"carries[{name!r}].dtype")
-
-
-def applied_of(card_extra: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The applied variants a card records (oldest first); [] for a card of the profiled report."""
-    applied = card_extra.get(APPLIED_KEY) or []
-    if not isinstance(applied, list) or not all(isinstance(a, dict) and a.get("variant") and a.get("module")
-                                                for a in applied):
-        raise RoundError(f"extra.{APPLIED_KEY} must be a list of {{experiment, module, variant, params}}; "
-                         "take best.json as the harness wrote it")
-    return [dict(a) for a in applied]
 
 
 def carry(workload: Workload, applied: Iterable[Mapping[str, Any]]) -> Workload:
@@ -94,34 +83,3 @@ def round_baseline(workload: Workload, applied: Sequence[Mapping[str, Any]], loa
                          f"{exc}") from None
     prepared_on = carry(workload, applied[:-1])
     return experiment.prepare(str(last["variant"]), prepared_on, dict(last.get("params") or {})), prepared_on
-
-
-def applied_entry(*, experiment: str, module: str, variant: str, params: Mapping[str, Any],
-                  facts: Mapping[str, Any], workload_dtype: str | None, confirmation: Mapping[str, Any] | None,
-                  run: str, precision: str | None = None) -> dict[str, Any]:
-    """What a kept card records of the variant this run adopted (read back by the next round); `precision`,
-    the lowered precision it was judged at (None: the original op's), holds every later round to it."""
-    return {
-        "experiment": experiment, "module": module, "variant": variant, "params": dict(params),
-        "carries": dict(facts.get("carries") or {}), "recipe": facts.get("recipe"),
-        "workload_dtype": workload_dtype, "precision": precision,
-        "speedup": (confirmation or {}).get("speedup"), "ci": (confirmation or {}).get("ci"), "run": run,
-    }
-
-
-def adopted_by_card(reports: Iterable[Any], card_ids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
-    """What earlier runs' best.json reports adopted on each of `card_ids` (the applied entries, oldest first),
-    for a chunk card that contains those op cards to compose; later reports win for a card given twice."""
-    wanted = set(card_ids)
-    found: dict[str, list[dict[str, Any]]] = {}
-    for report in reports:
-        for card in report.cards:
-            if card.id in wanted and applied_of(card.extra):
-                found[card.id] = applied_of(card.extra)
-    return found
-
-
-def label_text(entry: Mapping[str, Any]) -> str:
-    params = entry.get("params") or {}
-    shown = f"({', '.join(f'{k}={v}' for k, v in params.items())})" if params else ""
-    return f"{entry.get('experiment')}: {entry['variant']}{shown}"

@@ -20,10 +20,10 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 from harness.cards.fields import UNRESOLVED
+from harness.cards.ids import parse_resolution
 from harness.cards.model import Card, Report
 from harness.cards.selection_messages import no_card_message
 from harness.errors import HarnessError
-from harness.workloads.base import parse_resolution
 
 FILTER_KEYS = ("stage", "op", "op_kind", "resolution", "class")
 RANKS = ("costliest", "cheapest")

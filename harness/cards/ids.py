@@ -111,3 +111,25 @@ def derive_card_id(card: Card) -> str:
     parts = [card.stage, height, kind, _shape_tag(card), digest]
     text = "-".join(p for p in parts if p)
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in text)
+
+
+def parse_resolution(value: Any) -> tuple[int, int] | None:
+    """A card's resolution as (height, width): "480x832" -> (480, 832); None or unparsable -> None.
+
+    Here, torch-free, for the run's side (card selection); harness.workloads.base has the same parser for
+    the workloads (tests/app/test_torch_free_parent.py holds the two equal)."""
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        try:
+            return int(value[0]), int(value[1])
+        except (TypeError, ValueError):
+            return None
+    if not isinstance(value, str):
+        return None
+    parts = value.lower().replace("*", "x").split("x")
+    if len(parts) != 2:
+        return None
+    try:
+        height, width = int(parts[0]), int(parts[1])
+    except ValueError:
+        return None
+    return (height, width) if height > 0 and width > 0 else None
