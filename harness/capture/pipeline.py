@@ -1,0 +1,180 @@
+"""A capture from start to end: load the model, time its forward, record one forward, keep the hot groups,
+write their cards and inputs, re-profile them, and write the report.
+
+The report (`report.json`) is in the shipped report's format, so every stage of the harness reads it:
+`python -m harness experiment=auto report=DIR/report.json inputs.dir=DIR/inputs`. Its top-level `capture`
+record says what share of the forward the cards cover and which recorded groups are not cards, and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.capture.factory import CaptureError, LoadedModel, load_factory, place, resolution_of
+from harness.capture.profiling import Profiled, merge_profile, profile_cards
+from harness.capture.recorder import ROOT_STAGE, Group, record_forward
+from harness.capture.writer import Kept, card_of, save_inputs
+from harness.cards.model import Report, save_report, write_json_atomic
+from harness.cards.rules import RuleSet, class_counts, rules_text
+
+MIN_SHARE = 0.01  # without --top: the groups above 1% of the forward are kept
+
+
+@dataclass
+class CaptureOptions:
+    spec: str  # MODULE:FACTORY
+    out: Path
+    device: str = "auto"
+    dtype: str | None = None
+    top: int | None = None  # None: every group above MIN_SHARE of the forward
+    profiler: str = "auto"
+    resolution: str | None = None  # HxW as the report writes it (480x832); None: from the first input
+    stage: str | None = None  # one stage for every card
+    stage_map: dict[str, str] = field(default_factory=dict)  # top-level child -> stage
+    repeats: int = 3  # plain forwards timed for the forward's time
+    profile: bool = True
+
+
+@dataclass
+class CaptureResult:
+    report: Report
+    path: Path
+    forward_s: float
+    groups: list[Group]
+    kept: list[Kept]
+    profiled: Profiled | None
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise CaptureError(f"--device {device}: CUDA is not available here (torch.cuda.is_available() is False)")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise CaptureError(f"--device {device}: choose auto, cpu or cuda")
+    return device
+
+
+def warm_up(loaded: LoadedModel) -> None:
+    """One untimed forward: the first call's allocations and lazy initialisation are nobody's op time."""
+    with torch.no_grad():
+        try:
+            loaded.model(*loaded.inputs)
+        except Exception as exc:  # the user's model: one line
+            raise CaptureError(f"{loaded.spec}: the model's forward raised {type(exc).__name__}: {exc}") from None
+
+
+def choose(groups: list[Group], top: int | None, forward_s: float) -> tuple[list[Group], list[Group]]:
+    """(kept, the replayable rest), hottest first: the top N replayable groups, or those above MIN_SHARE of
+    the forward."""
+    replayable = sorted((g for g in groups if g.shape.replayable is None), key=lambda g: -g.time_s)
+    if top is not None:
+        return replayable[:top], replayable[top:]
+    kept = [g for g in replayable if g.time_s >= MIN_SHARE * forward_s]
+    return kept, replayable[len(kept):]
+
+
+def stage_function(options: CaptureOptions) -> Any:
+    def stage_of(child: str) -> str:
+        return options.stage or options.stage_map.get(child, child or ROOT_STAGE)
+
+    return stage_of
+
+
+def scope_text(options: CaptureOptions, device: str, backend: str) -> str:
+    return (f"Captured from {options.spec} on {device} (torch {torch.__version__}"
+            f"{', ' + options.dtype if options.dtype else ''}): one forward under a TorchFunctionMode recorder, calls "
+            f"grouped by op, shapes, dtypes, layouts and scalar arguments; each kept group replayed in isolation on "
+            f"its captured inputs and profiled by {backend} (harness experiment=reprofile at scale 1); classifications "
+            "are per dominant kernel; not integrated-pipeline attribution.")
+
+
+def capture(options: CaptureOptions) -> CaptureResult:
+    device = resolve_device(options.device)
+    cuda = device.startswith("cuda")
+    loaded = place(load_factory(options.spec), device, options.dtype)
+    warm_up(loaded)
+    try:
+        groups, forward_s = record_forward(loaded.model, loaded.inputs, cuda, stage_function(options), options.repeats)
+    except Exception as exc:
+        raise CaptureError(f"{options.spec}: the recorded forward raised {type(exc).__name__}: {exc}") from None
+    if not groups:
+        raise CaptureError(f"{options.spec}: the model's forward called no torch operator: nothing to capture")
+    resolution = options.resolution or resolution_of(loaded.inputs)
+    chosen, rest = choose(groups, options.top, forward_s)
+    if not chosen:
+        raise CaptureError(f"{options.spec}: no replayable group reaches {MIN_SHARE:.0%} of the forward; "
+                           "give --top N to keep the N hottest")
+    inputs_dir = options.out / "inputs"
+    kept = []
+    for group in chosen:
+        digest, path = save_inputs(group, inputs_dir)
+        kept.append(Kept(group, card_of(group, resolution, digest, forward_s), path, group.time_s / forward_s))
+    report = Report(cards=[k.card for k in kept], generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    scope=scope_text(options, device, "nothing yet"), source=str(options.out / "captured.json"))
+    save_report(report, options.out / "captured.json")
+    profiled = None
+    backend = options.profiler
+    if options.profile:
+        profiled = profile_cards(options.out / "captured.json", inputs_dir, [k.card.id for k in kept], options.out,
+                                 device, options.profiler)
+        backend = _backend_of(profiled, options.profiler)
+        for item in kept:
+            if item.card.id in profiled.cards:
+                merge_profile(item.card, profiled.cards[item.card.id])
+        report.cards = [k.card for k in kept if k.card.id in profiled.cards]
+    report.scope = scope_text(options, device, backend)
+    report.rules = rules_text(RuleSet.from_config(None))
+    report.summary, report.by_stage = class_counts(report.cards)
+    report.extra["capture"] = capture_record(options, device, forward_s, groups, kept, rest, profiled, resolution)
+    write_json_atomic(options.out / "groups.json", group_table(groups, kept, forward_s))
+    path = options.out / "report.json"
+    save_report(report, path)
+    if profiled is not None and not report.cards:
+        first = next(iter(profiled.failed.values()), "no reason recorded")
+        raise CaptureError(f"no card could be re-profiled (first: {first}); the runs are in {options.out}")
+    return CaptureResult(report, path, forward_s, groups, kept, profiled)
+
+
+def group_table(groups: list[Group], kept: list[Kept], forward_s: float) -> list[dict[str, Any]]:
+    """Every recorded group, hottest first: what the model ran, and which groups became which cards."""
+    card_of_group = {id(k.group): k.card.id for k in kept}
+    return [{"op": g.shape.op, "op_kind": g.shape.op_kind, "stage": g.stage, "module": g.module, "calls": g.calls,
+             "time_us": round(g.time_s * 1e6, 3), "share_of_forward": round(g.time_s / forward_s, 6),
+             "card": card_of_group.get(id(g)), "not_replayable": g.shape.replayable,
+             "shape_parameters": g.shape.shape_parameters}
+            for g in sorted(groups, key=lambda g: -g.time_s)]
+
+
+def _backend_of(profiled: Profiled, asked: str) -> str:
+    sources = {str(card.extra.get("profiler")) for card in profiled.cards.values() if card.extra.get("profiler")}
+    return ", ".join(sorted(sources)) or asked
+
+
+def capture_record(options: CaptureOptions, device: str, forward_s: float, groups: list[Group], kept: list[Kept],
+                   rest: list[Group], profiled: Profiled | None, resolution: str | None) -> dict[str, Any]:
+    """The report's own account of the capture: the model, the forward, coverage, and what is not a card."""
+    recorded_s = sum(g.time_s for g in groups)
+    cards_s = sum(k.group.time_s for k in kept if profiled is None or k.card.id in profiled.cards)
+    unreplayable = [g for g in groups if g.shape.replayable is not None]
+    return {
+        "model": options.spec, "device": device, "dtype": options.dtype, "torch": torch.__version__,
+        "resolution": resolution, "forward_us": round(forward_s * 1e6, 3),
+        "recorded_calls": sum(g.calls for g in groups), "groups": len(groups),
+        "cards": len(kept) if profiled is None else len(profiled.cards),
+        # The calls' times (timed one by one in forwards like the plain ones) over the plain forward's time.
+        "ops_us": round(recorded_s * 1e6, 3),
+        "ops_share_of_forward": round(recorded_s / forward_s, 4),
+        "cards_share_of_forward": round(cards_s / forward_s, 4),
+        "not_kept": {"groups": len(rest), "share_of_forward": round(sum(g.time_s for g in rest) / forward_s, 4)},
+        "not_replayable": [{"op": g.shape.op, "module": g.module, "calls": g.calls, "why": g.shape.replayable,
+                            "share_of_forward": round(g.time_s / forward_s, 4)}
+                           for g in sorted(unreplayable, key=lambda g: -g.time_s)[:20]],
+        "unprofiled": dict(profiled.failed) if profiled is not None else {},
+        "reprofile_runs": [str(p) for p in profiled.runs] if profiled is not None else [],
+    }

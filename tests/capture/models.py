@@ -1,0 +1,78 @@
+"""Factories the capture tests name as MODULE:FACTORY (tests.capture.models:...): real architectures at a
+reduced size, and the bad inputs a user can give."""
+
+from __future__ import annotations
+
+import torch
+
+WAN_LATENT = [1, 16, 3, 4, 3]  # a 3-frame chunk, as the report's, of a 4 x 3 latent slice
+WAN_BLOCK = {"dim": 64, "ffn": 128, "heads": 4, "frames": 2, "height": 8, "width": 6, "text": 10}
+
+
+def wan_vae_chunk() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    """diffusers' AutoencoderKLWan decoding a streaming chunk from the causal cache that 2 earlier frames
+    primed, as the vae_decode workload builds it (harness.workloads.vae_decode.StreamingChunkDecoder)."""
+    from harness.workloads.registry import build_workload
+
+    workload = build_workload("vae_decode", {"latent": WAN_LATENT}, device="cpu", dtype="float32")
+    assert workload.module is not None
+    return workload.module, (workload.inputs["latent"],)
+
+
+class _WanBlock(torch.nn.Module):
+    def __init__(self, block: torch.nn.Module, rotary: tuple[torch.Tensor, torch.Tensor]):
+        super().__init__()
+        self.block = block
+        self.rotary = rotary
+
+    def forward(self, hidden: torch.Tensor, text: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
+        return self.block(hidden, text, temb, self.rotary)
+
+
+def wan_block() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """diffusers' WanTransformerBlock (the Wan DiT block) at dim 64, FFN 128, 4 heads, over a 2-frame 8 x 6
+    latent (2 x 4 x 3 = 24 tokens after the 1x2x2 patches) and 10 text tokens."""
+    from diffusers.models.transformers import transformer_wan as wan
+
+    c = WAN_BLOCK
+    torch.manual_seed(0)
+    block = wan.WanTransformerBlock(c["dim"], c["ffn"], c["heads"], "rms_norm_across_heads", True, 1e-6)
+    rope = wan.WanRotaryPosEmbed(c["dim"] // c["heads"], (1, 2, 2), 1024)
+    rotary = rope(torch.empty(1, 16, c["frames"], c["height"], c["width"]))
+    tokens = c["frames"] * (c["height"] // 2) * (c["width"] // 2)
+    inputs = (torch.randn(1, tokens, c["dim"]), torch.randn(1, c["text"], c["dim"]), torch.randn(1, 6, c["dim"]))
+    return _WanBlock(block, rotary), inputs
+
+
+class ConvStack(torch.nn.Module):
+    """Two 3-D convolutions around a SiLU: a model whose layout a best.json can change."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv3d(8, 8, 3, padding=1)
+        self.conv2 = torch.nn.Conv3d(8, 4, 3, padding=1)
+
+    def forward(self, clip: torch.Tensor) -> torch.Tensor:
+        return self.conv2(torch.nn.functional.silu(self.conv1(clip)))
+
+
+def conv_stack() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return ConvStack(), (torch.randn(1, 8, 4, 12, 10),)
+
+
+def raises() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    raise RuntimeError("the checkpoint is missing")
+
+
+def not_a_pair() -> torch.nn.Module:
+    return torch.nn.Linear(2, 2)
+
+
+class NoOps(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def no_ops() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    return NoOps(), (torch.randn(3),)
