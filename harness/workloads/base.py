@@ -27,7 +27,14 @@ if TYPE_CHECKING:
     from harness.workloads.frames import FrameWindows
     from harness.workloads.inputs import Spread
 
-LAYOUTS = ("contiguous", "channels_last_3d")
+# Memory formats a builder may be asked for (`layout=`), and the tensor rank each needs. "channels_last" is
+# the 4-D format (NHWC) only where a caller says its tensors are 4-D (parse_layout's `dims`); elsewhere it
+# stays what it always meant here, the alias of channels_last_3d (NDHWC), so existing configs keep working.
+LAYOUTS = ("contiguous", "channels_last", "channels_last_3d")
+MEMORY_FORMATS: dict[str, torch.memory_format] = {"contiguous": torch.contiguous_format,
+                                                  "channels_last": torch.channels_last,
+                                                  "channels_last_3d": torch.channels_last_3d}
+LAYOUT_DIMS = {"channels_last": 4, "channels_last_3d": 5}
 
 _DTYPE_ALIASES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -74,17 +81,19 @@ def element_size(dtype: torch.dtype) -> int:
 
 
 @overload
-def parse_layout(value: str) -> str: ...
+def parse_layout(value: str, dims: int = 5) -> str: ...
 
 
 @overload
-def parse_layout(value: None) -> None: ...
+def parse_layout(value: None, dims: int = 5) -> None: ...
 
 
-def parse_layout(value: str | None) -> str | None:
+def parse_layout(value: str | None, dims: int = 5) -> str | None:
+    """A layout name checked; "channels_last" is torch.channels_last for 4-D tensors (`dims=4`), else the
+    alias of channels_last_3d."""
     if value is None:
         return None
-    if value == "channels_last":
+    if value == "channels_last" and dims != 4:
         value = "channels_last_3d"
     if value not in LAYOUTS:
         raise WorkloadError(f"unknown layout {value!r}; known: {', '.join(LAYOUTS)} (or None)")

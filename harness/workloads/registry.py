@@ -7,12 +7,15 @@ from typing import Any
 
 import torch
 
+from harness.cards.ids import REPLAY
 from harness.optional import missing
 from harness.workloads import attention as _attention
 from harness.workloads import cast as _cast
+from harness.workloads import conv2d as _conv2d
 from harness.workloads import conv3d as _conv3d
 from harness.workloads import dit_block as _dit_block
 from harness.workloads import linear as _linear
+from harness.workloads import replay as _replay
 from harness.workloads import vae_decode as _vae_decode
 from harness.workloads.attention import AttentionConfig
 from harness.workloads.base import (
@@ -30,16 +33,21 @@ from harness.workloads.base import (
 from harness.workloads.cast import CastConfig
 from harness.workloads.inputs import Source, check_seed, find_and_load
 
-OP_KINDS = ("linear", "conv3d", "attention", "cast")  # the report's op cards; CHUNK_OP_KINDS: chunk cards
+# The op cards (one op each; a captured model's cards add conv2d and replay); CHUNK_OP_KINDS: chunk cards.
+OP_KINDS = ("linear", "conv3d", "attention", "cast", "conv2d", REPLAY)
 
 # Scales at which the largest card of each kind runs in well under a second per call on a 2-core CPU
 # (float32, measured on the biggest report cards). Attention cost falls
 # with the square of the scale (queries x keys), as do conv3d (H x W) and linear (M x N).
 # A VAE decode chunk runs the whole decoder: 0.04 leaves one latent frame of 2x1 (0.2 to 1 s per call).
 # A DiT block streams its 351 M weights whatever the tokens: 0.01 leaves 12 of 1170 (about 0.8 s per call).
-CPU_SCALES = {"linear": 0.25, "conv3d": 0.25, "attention": 0.1, "cast": 0.5, "vae_decode": 0.04, "dit_block": 0.01}
-_MODULES = {"linear": _linear, "conv3d": _conv3d, "attention": _attention, "cast": _cast,
-            "vae_decode": _vae_decode, "dit_block": _dit_block}
+# conv2d shrinks as conv3d does (H x W); a replayed op is never scaled (harness.workloads.replay).
+CPU_SCALES = {"linear": 0.25, "conv3d": 0.25, "attention": 0.1, "cast": 0.5, "conv2d": 0.25, REPLAY: 1.0,
+              "vae_decode": 0.04, "dit_block": 0.01}
+_MODULES = {"linear": _linear, "conv3d": _conv3d, "attention": _attention, "cast": _cast, "conv2d": _conv2d,
+            REPLAY: _replay, "vae_decode": _vae_decode, "dit_block": _dit_block}
+# The memory formats each op kind's builder takes besides contiguous (`layout=`); every other kind takes none.
+_LAYOUTS = {"conv3d": ("channels_last_3d",), "cast": ("channels_last_3d",), "conv2d": ("channels_last",)}
 # The defaults of plan_workload/build_workload: frozen dataclasses, so one shared instance each.
 _DEFAULT_ATTENTION = AttentionConfig()
 _DEFAULT_CAST = CastConfig()
@@ -79,6 +87,17 @@ def plan_workload(
     return _MODULES[op_kind].plan(params, dtype=torch_dtype, scale=factor)
 
 
+def layout_for(op_kind: str, layout: str | None) -> str | None:
+    """`layout` checked against what `op_kind`'s builder takes ("channels_last" is the 4-D format for a 4-D
+    kind, else the alias of channels_last_3d it always was)."""
+    takes = _LAYOUTS.get(op_kind, ())
+    value = parse_layout(layout, dims=4 if "channels_last" in takes else 5)
+    if value not in (None, "contiguous", *takes):
+        kinds = [kind for kind, names in _LAYOUTS.items() if value in names]
+        raise WorkloadError(f"{op_kind}: layout {value!r} applies to {' and '.join(kinds)} only")
+    return value
+
+
 def build_workload(
     op_kind: str,
     shape_parameters: Any,
@@ -96,43 +115,22 @@ def build_workload(
 ) -> Workload:
     """Materialize a card's op: inputs on `device` in `dtype`/`layout`, a baseline `run`, roofline facts.
 
-    `dtype` is the dtype of the op's inputs (a cast's source dtype). `layout` is None/"contiguous", or
-    "channels_last_3d" for conv3d and cast. The input is the captured tensor named by `input_sha256` in
-    `inputs_dir` when one is there (verified; see harness.workloads.inputs), otherwise synthetic data
-    from `seed`. `resolution` (the card's, e.g. "480x832") sizes attention queries and cast frames.
+    `dtype` is the dtype of the op's inputs (a cast's source dtype; a replayed op keeps its recorded ones).
+    `layout` is None/"contiguous", "channels_last_3d" for conv3d and cast, or "channels_last" for conv2d. The
+    input is the captured tensor named by `input_sha256` in `inputs_dir` when one is there (verified; see
+    harness.workloads.inputs), otherwise synthetic data from `seed`. `resolution` (the card's, e.g.
+    "480x832") sizes attention queries and cast frames.
     """
-    plan = plan_workload(
-        op_kind,
-        shape_parameters,
-        dtype=dtype,
-        scale=scale,
-        attention=attention,
-        cast=cast,
-        resolution=resolution,
-    )
+    plan = plan_workload(op_kind, shape_parameters, dtype=dtype, scale=scale, attention=attention, cast=cast,
+                         resolution=resolution)
     where = parse_device(device)
-    shape_layout = parse_layout(layout)
-    if shape_layout == "channels_last_3d" and op_kind not in ("conv3d", "cast"):
-        raise WorkloadError(f"{op_kind}: layout 'channels_last_3d' applies to conv3d and cast only")
+    shape_layout = layout_for(op_kind, layout)
     seed = check_seed(seed)
     captured, why_synthetic = find_and_load(inputs_dir, input_sha256)
     source = Source(captured, seed, where)
     built = _MODULES[op_kind].build(plan, source, shape_layout)
     activations = tuple(built["activations"])
     bound = built["bind"]({name: built["inputs"][name] for name in activations})
-    notes = list(plan.notes)
-    if why_synthetic is not None:
-        notes.append(why_synthetic)
-    notes.extend(source.summary_notes())
-    captured_activations = [name for name in activations if name in source.used]
-    if captured_activations:
-        second = [name for name in captured_activations if name in source.second_call]
-        notes.append(f"other draws of the captured {', '.join(captured_activations)} (Workload.redraw, calls) are "
-                     "seeded at its measured spread"
-                     + (f", but draw 1 of {', '.join(second)} is the op's captured second call" if second
-                        else ": the captured file holds one call of the op"))
-    if plan.scale < 1.0:
-        notes.append(f"scaled by {plan.scale:g}: {plan.original_shape} -> {plan.shape}")
     return Workload(
         op_kind=op_kind,
         shape=plan.shape,
@@ -147,8 +145,8 @@ def build_workload(
         min_bytes=plan.min_bytes,
         reduction_length=plan.reduction_length,
         input_source=source.input_source(),
-        output_shape=plan.output_shape,
-        notes=notes,
+        output_shape=built.get("output_shape", plan.output_shape),
+        notes=_notes(plan, source, built, activations, why_synthetic),
         seed=seed,
         input_hash=(
             {**captured.record(), "tensors": list(source.used), "sliced": list(source.sliced)}
@@ -163,6 +161,26 @@ def build_workload(
                      second_call={n: source.second_call[n] for n in activations if n in source.second_call}),
         _bound=bound.reference,
     )
+
+
+def _notes(plan: Plan, source: Source, built: dict[str, Any], activations: tuple[str, ...],
+           why_synthetic: str | None) -> list[str]:
+    """What a workload's card says about how it was built: the plan's notes, the builder's, where the inputs
+    came from and what other draws of them are."""
+    notes = [*plan.notes, *built.get("notes", ())]
+    if why_synthetic is not None:
+        notes.append(why_synthetic)
+    notes.extend(source.summary_notes())
+    captured_activations = [name for name in activations if name in source.used]
+    if captured_activations:
+        second = [name for name in captured_activations if name in source.second_call]
+        notes.append(f"other draws of the captured {', '.join(captured_activations)} (Workload.redraw, calls) are "
+                     "seeded at its measured spread"
+                     + (f", but draw 1 of {', '.join(second)} is the op's captured second call" if second
+                        else ": a captured file holds one call of the op"))
+    if plan.scale < 1.0:
+        notes.append(f"scaled by {plan.scale:g}: {plan.original_shape} -> {plan.shape}")
+    return notes
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ def _ids(report):
 def test_every_card_has_a_known_op_kind(report):
     assert len(report.cards) == 69
     kinds = {c.op_kind for c in report.cards}
-    assert kinds == set(OP_KINDS)
+    assert kinds == set(OP_KINDS) - {"conv2d", "replay"}  # those two come from a captured model's report
 
 
 def test_every_card_builds_and_runs_at_a_small_scale(report):
