@@ -12,10 +12,11 @@ import torch
 
 from harness.experiment import Experiment
 from harness.workloads.base import Workload
+from harness.workloads.registry import OP_KINDS
 
 EXPERIMENT = Experiment(
     name="reprofile",
-    op_kinds=("linear", "conv3d", "attention", "cast"),
+    op_kinds=OP_KINDS,  # every op card, a captured model's conv2d and replayed ops included
     hypothesis="the baseline re-profiled here reproduces the report's card (kernel families and class)",
     check="effective_flops",
 )
@@ -23,5 +24,6 @@ EXPERIMENT = Experiment(
 
 @EXPERIMENT.baseline
 def as_reported(w: Workload) -> Callable[[], torch.Tensor]:
-    """The workload's own baseline op (F.linear, F.conv3d, SDPA on the valid keys, Tensor.to)."""
+    """The workload's own baseline op (F.linear, F.conv3d, F.conv2d, SDPA on the valid keys, Tensor.to, a
+    replayed call)."""
     return w.run

@@ -21,10 +21,11 @@ from harness.cards.model import Card, Kernel
 from harness.cards.rules import dominant
 from harness.experiment import Experiment
 from harness.workloads.base import Workload
+from harness.workloads.registry import OP_KINDS
 
 EXPERIMENT = Experiment(
     name="stall_breakdown",
-    op_kinds=("linear", "conv3d", "attention", "cast"),
+    op_kinds=OP_KINDS,  # every op card, a captured model's conv2d and replayed ops included
     hypothesis="one warp-stall reason accounts for most of the stall cycles of the dominant kernel, "
     "which names the limiter the six rules could not",
     check="stall_breakdown",

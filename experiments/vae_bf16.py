@@ -3,6 +3,10 @@
 The report's VAE runs fp32, so cuDNN uses TF32 implicit GEMM. bf16 halves the bytes and doubles the
 tensor-core peak; on cuDNN 9.8 to 9.14 some bf16 conv3d shapes fall off cuDNN onto a slow path
 (vol2col / slow_conv_dilated3d kernels), which the re-profile's kernel names would show.
+
+A captured model's conv2d cards get the same variant: its memory_format `channels_last_3d` is then the 4-D
+torch.channels_last. It carries the dtype to a later round, not that layout (harness.rounds carries
+channels_last_3d only).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from harness.workloads.base import Workload
 
 EXPERIMENT = Experiment(
     name="vae_bf16",
-    op_kinds=("conv3d",),
+    op_kinds=("conv3d", "conv2d"),
     hypothesis="bf16 inputs and weights instead of fp32/TF32 halve the bytes and raise the math peak, "
     "so effective throughput rises at the same nominal FLOPs",
     check="effective_flops",
@@ -26,9 +30,11 @@ EXPERIMENT = Experiment(
 )
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
-# "as_given": the layout the inputs come in (contiguous, or channels_last_3d adopted in an earlier round).
+# "as_given": the layout the inputs come in (contiguous, or channels_last_3d adopted in an earlier round); a
+# conv2d's channels_last_3d is its 4-D channels_last.
 _FORMATS = {"contiguous": torch.contiguous_format, "channels_last_3d": torch.channels_last_3d,
             "as_given": torch.preserve_format}
+_PLANAR = {torch.channels_last_3d: torch.channels_last}
 
 
 def _cpu_has_bf16_math() -> bool:
@@ -39,18 +45,21 @@ def _cpu_has_bf16_math() -> bool:
 
 def _conv(w: Workload, dtype: torch.dtype, memory_format: torch.memory_format) -> Callable[[], torch.Tensor]:
     if dtype == torch.float16 and w.device == "cpu":
-        raise VariantSkipped("fp16 conv3d has no fast CPU kernel; it runs on CUDA only")
+        raise VariantSkipped(f"fp16 {w.op_kind} has no fast CPU kernel; it runs on CUDA only")
     if dtype == torch.bfloat16 and w.device == "cpu" and not _cpu_has_bf16_math():
         # Measured on an AVX2 CPU: a bf16 conv3d 96->96 k3 took 35x its fp32 time; timing that says
         # nothing about bf16 on a GPU and would take minutes per trial.
-        raise VariantSkipped("this CPU has no bf16 math (no AVX512-BF16 or AMX): bf16 conv3d is emulated "
+        raise VariantSkipped(f"this CPU has no bf16 math (no AVX512-BF16 or AMX): bf16 {w.op_kind} is emulated "
                              "at a fraction of fp32 speed; run it on CUDA or a CPU with AMX")
+    planar = w.op_kind == "conv2d"
+    memory_format = _PLANAR.get(memory_format, memory_format) if planar else memory_format
     x, weight = (_in_format(w.inputs[name], dtype, memory_format) for name in ("input", "weight"))
     bias = w.inputs.get("bias")
     bias = bias.to(dtype) if bias is not None else None
     s = w.shape
     stride, padding, dilation, groups = s["stride"], s["padding"], s["dilation"], s["groups"]
-    return lambda: F.conv3d(x, weight, bias, stride, padding, dilation, groups)
+    conv = F.conv2d if planar else F.conv3d
+    return lambda: conv(x, weight, bias, stride, padding, dilation, groups)
 
 
 def _in_format(tensor: torch.Tensor, dtype: torch.dtype, memory_format: torch.memory_format) -> torch.Tensor:
@@ -60,7 +69,7 @@ def _in_format(tensor: torch.Tensor, dtype: torch.dtype, memory_format: torch.me
 
 @EXPERIMENT.baseline
 def fp32(w: Workload) -> Callable[[], torch.Tensor]:
-    """The report's baseline: fp32 NCDHW (TF32 on cuDNN by torch's default)."""
+    """The report's baseline: fp32 NCDHW or NCHW (TF32 on cuDNN by torch's default)."""
     return _conv(w, torch.float32, torch.contiguous_format)
 
 
@@ -77,10 +86,15 @@ def low_precision_math(device: str) -> str | None:
 def low_precision(w: Workload, dtype: str = "bfloat16", memory_format: str = "as_given") -> Prepared:
     """bf16 or fp16 inputs, weight and bias, in a memory format: held to that dtype's rounding."""
     layout = {} if memory_format == "as_given" else {"memory_format": memory_format}
-    carries = {name: {"dtype": dtype, **(layout if name != "bias" else {})} for name in ("input", "weight", "bias")}
-    recipe = (f"vae.decoder.to(torch.{dtype})  # weights and biases\n"
-              f"x = x.to(torch.{dtype})  # the decoder's input; its output is {dtype} too")
+    planar = w.op_kind == "conv2d"
+    # harness.rounds carries channels_last_3d, not the 4-D channels_last a conv2d's "channels_last_3d" is here
+    carried = {} if planar and memory_format == "channels_last_3d" else layout
+    carries = {name: {"dtype": dtype, **(carried if name != "bias" else {})} for name in ("input", "weight", "bias")}
+    owner, whose = ("model", "the model's") if planar else ("vae.decoder", "the decoder's")
+    recipe = (f"{owner}.to(torch.{dtype})  # weights and biases\n"
+              f"x = x.to(torch.{dtype})  # {whose} input; its output is {dtype} too")
     if layout:
-        recipe += f"\nkeep input and weights {memory_format}: .contiguous(memory_format=torch.{memory_format})"
+        fmt = "channels_last" if planar and memory_format == "channels_last_3d" else memory_format
+        recipe += f"\nkeep input and weights {fmt}: .contiguous(memory_format=torch.{fmt})"
     return Prepared(_conv(w, _DTYPES[dtype], _FORMATS[memory_format]), precision=dtype, carries=carries,
                     recipe=recipe)

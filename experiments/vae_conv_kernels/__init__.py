@@ -24,6 +24,11 @@ and vae_bf16 only the dtype; here the dtype and math mode stay the baseline's an
 
 Every variant keeps float32 tensors and the baseline's math mode (TF32 on cuDNN and in the Triton
 kernel, IEEE fp32 on a CPU), so it is held to the same-precision bound.
+
+A captured model's conv2d cards take the variants that are not about a conv3d: cudnn_algorithm (its
+`channels_last_3d` is then the 4-D channels_last), native_cpu, im2col_gemm (the conv2d as a conv3d of one
+frame with kT = 1, `gemm_shape`) and compiled. The Triton kernel is a conv3d's, and frame batching batches a
+conv3d's streaming windows: on a conv2d card both are skipped, saying so.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ from harness.workloads.frames import calls_on_dim0
 
 EXPERIMENT = Experiment(
     name="vae_conv_kernels",
-    op_kinds=("conv3d",),
+    op_kinds=("conv3d", "conv2d"),
     hypothesis="another conv3d kernel or tile in the same dtype and math mode (cuDNN's benchmarked algorithm, "
     "a searched Triton implicit-GEMM tile, Inductor; on a CPU the native or im2col path) raises effective "
     "TFLOP/s at the same nominal FLOPs; k streaming calls batched into one (a k-times larger M) fill the "
@@ -70,6 +75,34 @@ def cpu_only(device: str) -> str | None:
     """The CPU's conv paths: on CUDA the mkldnn switch does nothing (cuDNN runs the conv) and im2col's
     columns (K times the input) would take tens of GB at full scale."""
     return f"a CPU conv path; device is {device}" if device.startswith("cuda") else None
+
+
+def _conv(w: Workload) -> Callable[..., torch.Tensor]:
+    """The card's conv: F.conv2d for a conv2d card, F.conv3d for a conv3d one."""
+    return F.conv2d if w.op_kind == "conv2d" else F.conv3d
+
+
+def _memory_format(w: Workload, name: str) -> torch.memory_format:
+    """A memory_format parameter in the card's rank: a conv2d's channels_last_3d is the 4-D channels_last."""
+    fmt = FORMATS[name]
+    return torch.channels_last if fmt == torch.channels_last_3d and w.op_kind == "conv2d" else fmt
+
+
+def gemm_shape(w: Workload) -> dict[str, Any]:
+    """The conv's shape in a conv3d's form (ConvGemm, im2col): a conv2d is a conv3d of one frame with kT = 1."""
+    s = w.shape
+    if w.op_kind != "conv2d":
+        return s
+    return {"input": [*s["input"][:2], 1, *s["input"][2:]], "weight": [*s["weight"][:2], 1, *s["weight"][2:]],
+            "output": [*s["output"][:2], 1, *s["output"][2:]], "stride": [1, *s["stride"]],
+            "padding": [0, *s["padding"]], "dilation": [1, *s["dilation"]], "groups": s["groups"]}
+
+
+def _conv3d_only(w: Workload, why: str) -> None:
+    """Skip a conv3d-only variant on a conv2d card, saying why (it can run on other cards of the same run, so
+    it is not a `needs` of the device)."""
+    if w.op_kind == "conv2d":
+        raise VariantSkipped(f"conv3d only: {why}")
 
 
 def _inputs(w: Workload) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -95,10 +128,11 @@ def math_mode(device: str, cudnn_tf32: bool) -> str:
     return "tf32" if device.startswith("cuda") and cudnn_tf32 else "fp32"
 
 
-# The aten op that names the CPU convolution path one F.conv3d call took (torch picks oneDNN only above a
-# size threshold: a scaled-down shape may take the native path even with oneDNN enabled).
+# The aten op that names the CPU convolution path one F.conv3d (F.conv2d) call took (torch picks oneDNN only
+# above a size threshold: a scaled-down shape may take the native path even with oneDNN enabled).
 CPU_CONV_OPS = {"aten::mkldnn_convolution": "onednn", "aten::slow_conv3d_forward": "native",
-                "aten::slow_conv_dilated3d": "native (dilated)"}
+                "aten::slow_conv_dilated3d": "native (dilated)", "aten::_slow_conv2d_forward": "native",
+                "aten::slow_conv_dilated2d": "native (dilated)"}
 
 
 def cpu_conv_path(fn: Callable[[], Any]) -> str:
@@ -138,12 +172,13 @@ def set_for_call(*settings: tuple[Any, str, Any]) -> Iterator[None]:
 
 @EXPERIMENT.baseline
 def fp32_ncdhw(w: Workload) -> Prepared:
-    """The report's baseline: F.conv3d on the fp32 inputs as given (NCDHW; TF32 on cuDNN by torch's default)."""
+    """The report's baseline: F.conv3d (F.conv2d) on the fp32 inputs as given (NCDHW, NCHW; TF32 on cuDNN by
+    torch's default)."""
     x, weight, bias = _inputs(w)
-    args = _conv_args(w)
+    args, conv = _conv_args(w), _conv(w)
 
     def run() -> torch.Tensor:
-        return F.conv3d(x, weight, bias, *args)
+        return conv(x, weight, bias, *args)
 
     return Prepared(run, facts=_path_facts(w, run))
 
@@ -164,28 +199,31 @@ def cudnn_algorithm(w: Workload, benchmark: bool = True, memory_format: str = "c
         raise VariantSkipped("benchmark=false, memory_format=contiguous is the baseline itself")
     if not _is_cuda(w):
         raise VariantSkipped(f"needs CUDA: cudnn.benchmark picks a cuDNN algorithm (device is {w.device})")
-    x, weight = (w.inputs[name].contiguous(memory_format=FORMATS[memory_format]) for name in ("input", "weight"))
+    fmt = _memory_format(w, memory_format)
+    x, weight = (w.inputs[name].contiguous(memory_format=fmt) for name in ("input", "weight"))
     bias = w.inputs.get("bias")
-    args = _conv_args(w)
+    args, conv = _conv_args(w), _conv(w)
     tf32 = bool(torch_state.PINNED["cudnn.allow_tf32"])  # the math mode the baseline runs under
     settings = ((torch.backends.cudnn, "benchmark", benchmark), (torch.backends.cudnn, "allow_tf32", tf32))
 
     def run() -> torch.Tensor:
         with set_for_call(*settings):
-            return F.conv3d(x, weight, bias, *args)
+            return conv(x, weight, bias, *args)
 
     t0 = time.perf_counter()
     run()  # benchmark mode times cuDNN's algorithms on this first call: here, not in the timed ones
     _sync(w)
     facts = {"cudnn_benchmark": benchmark, "memory_format": memory_format, "math_mode": math_mode(w.device, tf32),
              "first_call_s": round(time.perf_counter() - t0, 3)}
-    layout = memory_format == "channels_last_3d"
+    layout, planar = memory_format == "channels_last_3d", w.op_kind == "conv2d"
+    owner, kept = ("model", "channels_last") if planar else ("vae.decoder", "channels_last_3d")
     recipe = "\n".join(filter(None, [
         "torch.backends.cudnn.benchmark = True  # once at start-up; every conv shape is timed on its first call"
         if benchmark else None,
-        "vae.decoder.to(memory_format=torch.channels_last_3d); x = x.contiguous(memory_format=torch.channels_last_3d)"
-        if layout else None]))
-    carries = {name: {"memory_format": "channels_last_3d"} for name in ("input", "weight")} if layout else {}
+        f"{owner}.to(memory_format=torch.{kept}); x = x.contiguous(memory_format=torch.{kept})" if layout else None]))
+    # harness.rounds carries channels_last_3d, not the 4-D channels_last of a conv2d: the recipe says it instead
+    carried = layout and not planar
+    carries = {name: {"memory_format": "channels_last_3d"} for name in ("input", "weight")} if carried else {}
     return Prepared(run, facts=facts, carries=carries, recipe=recipe)
 
 
@@ -204,6 +242,7 @@ def triton_implicit_gemm(
     num_warps: int = 8,
 ) -> Prepared:
     """Our Triton implicit-GEMM conv3d with one tile configuration (pruned before compiling if it cannot launch)."""
+    _conv3d_only(w, "our Triton implicit GEMM is a conv3d kernel (a conv2d's kernels: cudnn_algorithm, compiled)")
     config = TileConfig(BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_stages, num_warps)
     x, weight, bias = _inputs(w)
     elem = element_size(x.dtype)
@@ -230,6 +269,7 @@ def triton_implicit_gemm(
 def frame_batching(w: Workload, k: int = 4) -> Prepared:
     """One F.conv3d on k consecutive calls' frames (k x T_new new frames after the cached ones);
     time per call = time / k."""
+    _conv3d_only(w, "it batches a conv3d's streaming frame windows; a conv2d call carries no frames over")
     if isinstance(k, bool) or not isinstance(k, int) or k < 2:
         raise VariantSkipped(f"k={k!r}: batching needs at least 2 calls (k=1 is the baseline itself)")
     _, weight, bias = _inputs(w)
@@ -262,15 +302,15 @@ def native_cpu(w: Workload) -> Prepared:
     """F.conv3d with oneDNN disabled for the call (torch.backends.mkldnn.enabled = False, restored after it):
     torch's native slow_conv3d (vol2col + GEMM) instead of oneDNN's convolution."""
     x, weight, bias = _inputs(w)
-    args = _conv_args(w)
-    baseline_path = cpu_conv_path(lambda: F.conv3d(x, weight, bias, *args))
+    args, conv = _conv_args(w), _conv(w)
+    baseline_path = cpu_conv_path(lambda: conv(x, weight, bias, *args))
     if baseline_path != "onednn":
         raise VariantSkipped(f"the baseline already takes the {baseline_path} path at this shape (torch picks "
                              "oneDNN only above a size threshold): nothing to compare")
 
     def run() -> torch.Tensor:
         with set_for_call((torch.backends.mkldnn, "enabled", False)):
-            return F.conv3d(x, weight, bias, *args)
+            return conv(x, weight, bias, *args)
 
     return Prepared(run, facts={**_path_facts(w, run), "baseline_cpu_path": baseline_path})
 
@@ -278,14 +318,17 @@ def native_cpu(w: Workload) -> Prepared:
 @EXPERIMENT.variant(needs=cpu_only)
 def im2col_gemm(w: Workload, layout: str = "ncdhw") -> Prepared:
     """The conv as an explicit im2col (unfold over T, H, W) and one GEMM, columns [K, To*Ho*Wo] (NCDHW output)
-    or rows [M, K] (channels_last_3d output)."""
+    or rows [M, K] (channels_last_3d output); a conv2d as a conv3d of one frame (NCHW or channels_last output)."""
     if layout not in LAYOUTS:
         raise VariantSkipped(f"layout={layout!r}: choose {', '.join(LAYOUTS)}")
     x, weight, bias = _inputs(w)
-    gemm = ConvGemm.from_shape(w.shape)
+    gemm = ConvGemm.from_shape(gemm_shape(w))
     facts = {"cpu_path": f"im2col + one GEMM ({layout})", "gemm": gemm.as_dict(), "math_mode": "fp32",
              "columns_bytes": gemm.m * gemm.k * element_size(x.dtype)}
-    return Prepared(im2col_conv3d(x, weight, bias, gemm, layout), facts=facts)
+    if w.op_kind != "conv2d":
+        return Prepared(im2col_conv3d(x, weight, bias, gemm, layout), facts=facts)
+    frame = im2col_conv3d(x.unsqueeze(2), weight.unsqueeze(2), bias, gemm, layout)
+    return Prepared(lambda: frame().squeeze(2), facts=facts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,14 +337,15 @@ def im2col_gemm(w: Workload, layout: str = "ncdhw") -> Prepared:
 
 @EXPERIMENT.variant
 def compiled(w: Workload, mode: str = "default") -> Prepared:
-    """torch.compile of nn.Conv3d with the workload's weight and bias as frozen parameters."""
+    """torch.compile of nn.Conv3d (nn.Conv2d) with the workload's weight and bias as frozen parameters."""
     x, weight, bias = _inputs(w)
     stride, padding, dilation, groups = _conv_args(w)
-    module = frozen_module(
-        torch.nn.Conv3d(weight.shape[1] * groups, weight.shape[0], (weight.shape[2], weight.shape[3], weight.shape[4]),
-                        stride, padding, dilation, groups, bias=bias is not None, device=weight.device,
-                        dtype=weight.dtype),
-        weight=weight, bias=bias)
+    cin, cout, k = weight.shape[1] * groups, weight.shape[0], weight.shape
+    options: dict[str, Any] = {"bias": bias is not None, "device": weight.device, "dtype": weight.dtype}
+    layer = (torch.nn.Conv2d(cin, cout, (k[2], k[3]), stride, padding, dilation, groups, **options)
+             if w.op_kind == "conv2d" else
+             torch.nn.Conv3d(cin, cout, (k[2], k[3], k[4]), stride, padding, dilation, groups, **options))
+    module = frozen_module(layer, weight=weight, bias=bias)
     run, compile_s = compile_call(module, (x,), mode, w.device)
     facts = {"compile_mode": mode, "compile_s": round(compile_s, 2),
              "math_mode": math_mode(w.device, bool(torch.backends.cudnn.allow_tf32))}
@@ -322,7 +366,7 @@ def add_conv_evidence(card: Any, w: Workload) -> None:
     mode = variant.get("math_mode") or math_mode(w.device, bool(state.get("cudnn.allow_tf32", True)))
     conv: dict[str, Any] = {"math_mode": mode, "nominal_flops_per_call": w.flops}
     try:
-        gemm = ConvGemm.from_shape(w.shape)
+        gemm = ConvGemm.from_shape(gemm_shape(w))
     except VariantSkipped:  # groups > 1: no single GEMM view
         gemm = None
     if gemm is not None:  # per invocation: a batched call's M is its calls' M together
