@@ -5,30 +5,50 @@ warms up outside the NVTX range, then runs the measured call inside the push/pop
 told to include, so set-up, allocation and warm-up kernels are not profiled. The report is read back
 through ncu_report (or ncu's raw-page CSV export) and converted to the report's units.
 
+ncu writes the report only when the child exits, so every trial is one ncu session. What a session does
+before its job (ncu starting, python, the torch and harness imports) is done ahead: once a trial's child
+has come back with its phase record, the next trial's session is started right after each trial's ncu
+exits, its child waiting for the job without touching CUDA (harness.profile.ncu.session), and the next
+`profile` hands it the job. `prestart: false` (`+profiler.prestart=false`) starts every trial cold; a
+session that ended before its trial (its child gave up waiting) is replaced by a cold run. `close()`, also
+at exit, kills the waiting one. Each profile records what its trial cost (`ncu_cost`: cold or started
+ahead, its wall time from the handoff, the child's phases, ncu's passes per kernel; docs/ncu-cost.md).
+
 Before the first trial the metric list is checked against the chip (`profiler.available_metrics`:
 `auto` asks `ncu --query-metrics`, a path reads a saved answer, null checks nothing): a metric the
 chip lacks would fail every trial, so it is swapped for an alternative or dropped, with a note on
-every profile. With `profiler.keep_dir` each trial keeps its spec and report in a folder of its own,
-`<keep_dir>/<card id>/<NNN>_<role>_<variant>/`, numbered in the order they ran; without it the trial's
-temporary folder is removed once the report is read. Every profile records which ncu ran (its path
-and `ncu --version` line).
+every profile. With `profiler.keep_dir` each trial keeps its spec, phase record and report in a folder of
+its own, `<keep_dir>/<card id>/<NNN>_<role>_<variant>/`, numbered in the order they ran (a session waits in
+`<keep_dir>/.pending/` until its trial is known); without it the trial's temporary folder is removed once
+the report is read. Every profile records which ncu ran (its path and `ncu --version` line).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import hashlib
 import json
+import os
 import re
 import shutil
-import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
 
 from harness.cards.fields import SOURCE_NCU
 from harness.profile.base import Profile, ProfilerUnavailable, WorkloadFacts
 from harness.profile.gpu_peaks import for_current_device
-from harness.profile.ncu.command import CacheControl, ClockControl, find_ncu, profile_command, searched_for_ncu
+from harness.profile.ncu.command import (
+    CacheControl,
+    ClockControl,
+    NcuCommand,
+    find_ncu,
+    profile_command,
+    searched_for_ncu,
+)
 from harness.profile.ncu.failures import NcuFailure
 from harness.profile.ncu.importer import cards_from_ncu, kernel_notes
 from harness.profile.ncu.metrics import (
@@ -39,11 +59,21 @@ from harness.profile.ncu.metrics import (
 )
 from harness.profile.ncu.probe import ncu_version
 from harness.profile.ncu.runner import run_command, run_ncu
+from harness.profile.ncu.session import (
+    REPORT_NAME,
+    PendingSession,
+    child_argv,
+    read_phases,
+    start_session,
+    trial_cost,
+    write_job,
+)
 
 if TYPE_CHECKING:  # the profilers do not import the experiments' side at run time
     from harness.trial_spec import TrialSpec
 
 NVTX_RANGE = "harness_trial"
+PENDING_DIR = ".pending"  # under profiler.keep_dir: sessions started ahead, before their trial is known
 QUERY_DEADLINE_S = 60.0
 # ncu executable -> (metric names, where they came from, a note) from `ncu --query-metrics`, once per process.
 _QUERIED: dict[str, tuple[set[str] | None, str, str | None]] = {}
@@ -120,6 +150,14 @@ def ncu_usable(cfg: Mapping[str, Any]) -> tuple[bool, str]:
     return True, found
 
 
+@dataclass
+class _Run:
+    """One trial's ncu run: its command line, and what it cost (session.trial_cost)."""
+
+    command: NcuCommand
+    cost: dict[str, Any]
+
+
 class NcuProfiler:
     name = "ncu"
     needs_spec = True
@@ -136,8 +174,29 @@ class NcuProfiler:
         self.deadline_s = float(cfg.get("deadline_s", 300))
         self.keep_dir = cfg.get("keep_dir")
         self.available_metrics = cfg.get("available_metrics")
+        # Start the next trial's session ahead (harness.profile.ncu.session); `prestart: false` never does.
+        self.prestart = bool(cfg.get("prestart", True))
         self._plan: MetricPlan | None = None
         self._plan_source = "not checked"
+        self._pending: PendingSession | None = None
+        # Sessions are started ahead only once a trial's child wrote its phase record: ncu, the child and
+        # its imports work here. Until then every trial starts cold, and no session waits for nothing.
+        self._proven = False
+        self._atexit = False  # close() registered to run at exit
+
+    @property
+    def pending(self) -> PendingSession | None:
+        """The session started for the next trial, if any."""
+        return self._pending
+
+    def close(self) -> None:
+        """Kill the session waiting for a next trial, and remove its folder (also at exit)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.discard()
+        if self.keep_dir:  # the kept folders are the trials' alone
+            with contextlib.suppress(OSError):  # not there, or another process's session still waits in it
+                (Path(self.keep_dir) / PENDING_DIR).rmdir()
 
     def metric_plan(self) -> MetricPlan:
         """The metric set's list as this chip takes it (checked once)."""
@@ -153,27 +212,90 @@ class NcuProfiler:
         if spec is None:
             raise ProfilerUnavailable("profiler=ncu profiles a trial in a child process and needs its trial spec")
         plan = self.metric_plan()
-        if self.keep_dir:
+        session, dropped = self._take_pending()
+        if session is not None:
+            workdir = session.folder
+        elif self.keep_dir:
             workdir = trial_folder(Path(self.keep_dir), spec)
         else:
             workdir = Path(tempfile.mkdtemp(prefix="harness-ncu-"))
         try:
-            return self._profile_in(workdir, spec, plan)
+            workdir, run = self._run(workdir, spec, session)
+            if dropped:
+                run.cost["dropped_session"] = dropped
+            return self._read(workdir, run, plan)
         finally:
             if not self.keep_dir:  # a report per trial would fill /tmp over a search
                 shutil.rmtree(workdir, ignore_errors=True)
 
-    def _profile_in(self, workdir: Path, spec: TrialSpec, plan: MetricPlan) -> Profile:
-        spec_path = workdir / "trial_spec.json"
-        spec_path.write_text(json.dumps({"spec": spec.to_json(), "nvtx_range": NVTX_RANGE}), encoding="utf-8")
-        command = profile_command(
-            [sys.executable, "-m", "harness.profile.ncu_child", str(spec_path)],
-            nvtx_range=NVTX_RANGE, report_path=workdir / "trial.ncu-rep", clock_control=self.clock_control,
+    def _take_pending(self) -> tuple[PendingSession | None, str | None]:
+        """The session started for this trial, when it still waits; else None, and how a dropped one ended
+        (its child gave up waiting, or could not start): the trial then runs cold."""
+        pending, self._pending = self._pending, None
+        if pending is None or pending.alive():
+            return pending, None
+        return None, pending.discard()
+
+    def _command(self, child: list[str], report: Path) -> NcuCommand:
+        return profile_command(
+            child, nvtx_range=NVTX_RANGE, report_path=report, clock_control=self.clock_control,
             cache_control=self.cache_control, metric_set=self.metric_set, ncu=self.executable,
-            metrics=plan.metrics,
+            metrics=self.metric_plan().metrics,
         )
-        result = run_ncu(command.argv, self.deadline_s)
-        cards = cards_from_ncu(command.report_path, group_by="range")
+
+    def _run(self, workdir: Path, spec: TrialSpec, session: PendingSession | None) -> tuple[Path, _Run]:
+        """ncu's run of the trial, in `session` or cold; the folder it ended in (a kept pre-started one is
+        moved to the trial's own) and what the run was. The next trial's session starts right after."""
+        job = {"spec": spec.to_json(), "nvtx_range": NVTX_RANGE}
+        try:
+            if session is None:
+                write_job(workdir, job)
+                launched = handed = time.time()
+                command = self._command(child_argv(workdir, wait=False, launched=launched), workdir / REPORT_NAME)
+                result = run_ncu(command.argv, self.deadline_s)
+            else:
+                launched, command = session.launched, session.command
+                handed = session.hand(job)
+                result = session.finish(self.deadline_s)
+            ended = time.time()
+        finally:
+            if session is not None and self.keep_dir:
+                kept = trial_folder(Path(self.keep_dir), spec)
+                os.replace(workdir, kept)  # onto the empty folder that claimed the trial's number
+                workdir = kept
+            self._prestart(workdir)
+        # A stand-in result without ncu's output (a test's) has no pass counts to give.
+        output = f"{getattr(result, 'stdout', '')}\n{getattr(result, 'stderr', '')}"
+        cost = trial_cost(read_phases(workdir), prestarted=session is not None, launched=launched, handed=handed,
+                          ended=ended, output=output)
+        return workdir, _Run(command, cost)
+
+    def _prestart(self, finished: Path) -> None:
+        """Start the next trial's session, once a child has shown (its phase record) that the chain works."""
+        self._proven = self._proven or read_phases(finished) is not None
+        if not (self.prestart and self._proven) or self._pending is not None:
+            return
+        if self.keep_dir:  # beside the trial folders it will be moved among: the same file system
+            pending_dir = Path(self.keep_dir) / PENDING_DIR
+            pending_dir.mkdir(parents=True, exist_ok=True)
+            folder = Path(tempfile.mkdtemp(prefix="session-", dir=pending_dir))
+        else:
+            folder = Path(tempfile.mkdtemp(prefix="harness-ncu-"))
+        try:
+            self._pending = start_session(self._command, folder)
+        except (NcuFailure, OSError):  # ncu vanished, or no process can start: the next trial says so, cold
+            shutil.rmtree(folder, ignore_errors=True)
+            return
+        if not self._atexit:
+            atexit.register(self.close)
+            self._atexit = True
+
+    def _read(self, workdir: Path, run: _Run, plan: MetricPlan) -> Profile:
+        command, cost = run.command, run.cost
+        report = workdir / REPORT_NAME
+        t0 = time.perf_counter()
+        cards = cards_from_ncu(report, group_by="range")
+        cost["report_read_s"] = round(time.perf_counter() - t0, 3)
         kernels = [k for card in cards for k in card.kernels]
         if not kernels:
             where = workdir if self.keep_dir else "set profiler.keep_dir=DIR to keep the trial's report"
@@ -182,8 +304,7 @@ class NcuProfiler:
             kernel.extra["metrics_source"] = SOURCE_NCU
         settings = {k: v for k, v in command.settings.items() if k != "metrics"}
         settings.update(ncu_executable=self.executable, ncu_version=ncu_version(self.executable),
-                        report=str(command.report_path) if self.keep_dir else None,
-                        seconds=round(result.seconds, 2))
+                        report=str(report) if self.keep_dir else None, seconds=cost["wall_s"], ncu_cost=cost)
         settings["metrics_checked_against"] = self._plan_source
         if plan.substituted:
             settings["metrics_substituted"] = dict(plan.substituted)

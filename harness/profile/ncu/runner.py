@@ -7,7 +7,8 @@ whose leader is a small supervisor (supervise.py), and the group dies on every w
 - a normal end or an exception here (Ctrl-C): SIGKILL to whatever of the group is left;
 - this process killed outright (a `timeout` around the harness, the worker's parent gone): the
   supervisor gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and SIGKILLs the group;
-- this interpreter exiting with a command still running (a thread's): an atexit hook kills it.
+- this interpreter exiting with a command still running (a thread's, or one started ahead and never
+  finished: `start_command`, then `Started.finish` or `Started.kill`): an atexit hook kills it.
 """
 
 from __future__ import annotations
@@ -64,18 +65,59 @@ def _check_executable(program: str, cwd: str | os.PathLike[str] | None) -> None:
     raise FileNotFoundError(2, "No such file or directory", program)
 
 
-def run_command(
+class Started:
+    """A command `start_command` started and nobody has waited for yet: `finish` waits for it under a
+    deadline, `kill` ends it with its whole group. Until then the atexit hook holds its group."""
+
+    def __init__(self, argv: list[str], proc: subprocess.Popen[str], started: float) -> None:
+        self.argv = argv
+        self.proc = proc
+        self.started = started  # time.monotonic() just before it started
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def finish(self, deadline_s: float, *, grace_s: float = 5.0) -> RunResult:
+        """Wait until the command ends or `deadline_s` passes (then its group dies); nothing of its group
+        outlives the call. `seconds` counts from its start."""
+        proc = self.proc
+        timed_out = False
+        try:
+            try:
+                stdout, stderr = proc.communicate(timeout=deadline_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                stdout, stderr = _stop_group(proc, grace_s)
+        except BaseException:
+            # Interrupted (Ctrl-C reaches only our own group): do not leave the profiled program behind.
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        finally:
+            # Whatever the leader left behind (a profiled program still running after ncu exited).
+            _signal_group(proc.pid, signal.SIGKILL)
+            with _LIVE_LOCK:
+                _LIVE.discard(proc.pid)
+        return RunResult(argv=tuple(self.argv), returncode=proc.returncode, stdout=stdout, stderr=stderr,
+                         timed_out=timed_out, seconds=time.monotonic() - self.started)
+
+    def kill(self) -> RunResult:
+        """SIGKILL the whole group now; what it printed until then."""
+        _signal_group(self.proc.pid, signal.SIGKILL)
+        return self.finish(5.0, grace_s=1.0)
+
+
+def start_command(
     argv: Sequence[str],
-    deadline_s: float,
     *,
-    grace_s: float = 5.0,
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     supervised: bool = True,
-) -> RunResult:
-    """Run `argv` to completion or until `deadline_s`; on the deadline its whole process group dies,
-    and nothing of the group outlives the call, nor this process (`supervised`: see the module).
+) -> Started:
+    """Start `argv` in a new process group (under the supervisor: see the module) without waiting for it.
 
+    Call from the thread that will outlive the command: the supervisor's death signal fires when the
+    thread that started it ends (PR_SET_PDEATHSIG follows the thread, not the process).
     FileNotFoundError propagates when the executable does not exist.
     """
     argv = list(argv)
@@ -97,31 +139,24 @@ def run_command(
     )
     with _LIVE_LOCK:
         _LIVE.add(proc.pid)
-    timed_out = False
-    try:
-        try:
-            stdout, stderr = proc.communicate(timeout=deadline_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            stdout, stderr = _stop_group(proc, grace_s)
-    except BaseException:
-        # Interrupted (Ctrl-C reaches only our own group): do not leave the profiled program behind.
-        _signal_group(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise
-    finally:
-        # Whatever the leader left behind (a profiled program still running after ncu exited).
-        _signal_group(proc.pid, signal.SIGKILL)
-        with _LIVE_LOCK:
-            _LIVE.discard(proc.pid)
-    return RunResult(
-        argv=tuple(argv),
-        returncode=proc.returncode,
-        stdout=stdout,
-        stderr=stderr,
-        timed_out=timed_out,
-        seconds=time.monotonic() - started,
-    )
+    return Started(argv, proc, started)
+
+
+def run_command(
+    argv: Sequence[str],
+    deadline_s: float,
+    *,
+    grace_s: float = 5.0,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    supervised: bool = True,
+) -> RunResult:
+    """Run `argv` to completion or until `deadline_s`; on the deadline its whole process group dies,
+    and nothing of the group outlives the call, nor this process (`supervised`: see the module).
+
+    FileNotFoundError propagates when the executable does not exist.
+    """
+    return start_command(argv, cwd=cwd, env=env, supervised=supervised).finish(deadline_s, grace_s=grace_s)
 
 
 def run_ncu(
@@ -137,6 +172,11 @@ def run_ncu(
         result = run_command(argv, deadline_s, grace_s=grace_s, cwd=cwd, env=env)
     except FileNotFoundError:
         raise ncu_missing(f"no executable {argv[0]!r}") from None
+    return checked(result, deadline_s)
+
+
+def checked(result: RunResult, deadline_s: float) -> RunResult:
+    """`result` of an ncu run that can be used; else the NcuFailure its output or status names."""
     if result.timed_out:
         raise deadline_exceeded(deadline_s)
     failure = detect(result.stdout + "\n" + result.stderr, result.returncode)
