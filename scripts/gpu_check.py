@@ -24,6 +24,8 @@ result and its headline numbers:
   fixture            the smallest .ncu-rep and its raw-page CSV into $OUT, both parsed back (future fixtures)
   gpu_tests          the gpu- and ncu-marked tests (tests/app: its ncu-marked ones): Triton, CuPy, SDPA, ncu
   plants             tests/app/test_plants.py on CUDA (HARNESS_PLANTS_DEVICE=cuda), where it supports that
+  ncu_cost           scripts/ncu_trial_cost.py on the default experiment's largest card under ncu: the ncu
+                     child's phases cold and started ahead, ncu's passes per kernel (docs/ncu-cost.md)
   conv_kernels_ncu   vae_conv_kernels under ncu on the conv card: cuDNN's kernels and one Triton tile
   chunk_trace        vae_decode_chunk and dit_block on their smallest chunk card under the CUDA trace
   auto_trace         experiment=auto under the CUDA trace on three cards, two trials each
@@ -101,9 +103,14 @@ CACHE = Path(os.environ.get("GPU_CHECK_CACHE", Path.home() / ".cache" / "harness
 # and a worker process that imports torch again and makes a CUDA context (15 s on this 2-core machine,
 # where importing torch alone takes 3 s of CPU).
 HARNESS_START_S = 12.0
-# One trial under profiler=ncu: a fresh child that imports torch and rebuilds the workload (8-15 s
-# on the device) and then ncu's replay passes over the measured call's kernels (a few seconds).
-NCU_TRIAL_S = 12.0 + 3.0
+# One trial under profiler=ncu (docs/ncu-cost.md has the arithmetic; estimates until a device run's summary.json,
+# whose cards carry each trial's `ncu` cost, says otherwise). Every trial pays what follows its job's arrival in
+# the child: the CUDA context under ncu, the workload built, cuDNN's first call and the warm-up, about 10 replay
+# passes of each kernel, the report written and read (about 6 s; 8 with a margin).
+NCU_JOB_S = 8.0
+# The first ncu trial of each harness start also pays what a session started ahead hides from the later ones
+# (harness.profile.ncu.session): ncu starting, python, the torch and harness imports (0.9 s on a 2-core CPU).
+NCU_START_S = 4.0
 # One trial under the CUDA trace (or the baseline): its timing (timing.budget_s 0.1), one traced call,
 # the correctness check and the baseline's drift re-time, in the worker that is already running.
 TRACE_TRIAL_S = 3.0
@@ -136,6 +143,8 @@ TRANSPOSE = re.compile(r"nchwToNhwc|nhwcToNchw")
 SIDE_STREAM_SCRIPT = REPO / "scripts" / "gpu_side_stream_check.py"
 PLANTS_TESTS = REPO / "tests" / "app" / "test_plants.py"
 PLANTS_DEVICE_VAR = "HARNESS_PLANTS_DEVICE"
+COST_SCRIPT = REPO / "scripts" / "ncu_trial_cost.py"
+COST_CARD = "vae-704-conv3d-96to96k333t6-b28294"  # the costliest of the default experiment's three cards
 # A pytest -v line of a finished test: what a killed pytest step still reports.
 PYTEST_LINE = re.compile(r"^(\S+::\S+)\s+(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", re.MULTILINE)
 
@@ -157,19 +166,25 @@ class Work:
 
     starts: int = 0  # `python -m harness` processes
     ncu_trials: int = 0  # trials (baselines included) under profiler=ncu
+    ncu_cold: int | None = None  # of them, started cold; None: one per harness start (the rest were started ahead)
     trace_trials: int = 0  # trials (baselines included) under the CUDA trace
     confirms: int = 0  # searches whose best variant gets paired confirm rounds
     other_s: float = 0.0  # everything else, in seconds ...
     other: str = ""  # ... and what it is
 
+    @property
+    def cold_ncu_trials(self) -> int:
+        return min(self.ncu_trials, self.starts) if self.ncu_cold is None else self.ncu_cold
+
     def seconds(self) -> float:
-        return (self.starts * HARNESS_START_S + self.ncu_trials * NCU_TRIAL_S + self.trace_trials * TRACE_TRIAL_S
-                + self.confirms * CONFIRM_S + self.other_s)
+        return (self.starts * HARNESS_START_S + self.ncu_trials * NCU_JOB_S + self.cold_ncu_trials * NCU_START_S
+                + self.trace_trials * TRACE_TRIAL_S + self.confirms * CONFIRM_S + self.other_s)
 
     def text(self) -> str:
         parts = [f"{count} {what}{'s' if count > 1 else ''} x {cost:g} s" for count, what, cost in (
-            (self.starts, "harness start", HARNESS_START_S), (self.ncu_trials, "ncu trial", NCU_TRIAL_S),
-            (self.trace_trials, "traced trial", TRACE_TRIAL_S), (self.confirms, "confirmation", CONFIRM_S)) if count]
+            (self.starts, "harness start", HARNESS_START_S), (self.ncu_trials, "ncu trial", NCU_JOB_S),
+            (self.cold_ncu_trials, "cold ncu start", NCU_START_S), (self.trace_trials, "traced trial", TRACE_TRIAL_S),
+            (self.confirms, "confirmation", CONFIRM_S)) if count]
         if self.other_s:
             parts.append(f"{self.other_s:g} s {self.other}")
         return " + ".join(parts)
@@ -518,6 +533,9 @@ def scan_run(run_dir: Path) -> dict[str, Any]:
                 "trials": {path.stem[len("trial_"):]: _per_call_us(card) for path in sorted(folder.glob("trial_*.json"))
                            for card in _cards(path)[:1]},
             }
+            ncu = _ncu_costs(folder)
+            if ncu:
+                entry["ncu"] = ncu
             tried = next(iter(_cards(folder / "tried.json")), None)
             if tried is not None:
                 confirmation = tried.get("confirmation") or {}
@@ -525,6 +543,19 @@ def scan_run(run_dir: Path) -> dict[str, Any]:
                                     "verdict": confirmation.get("verdict"), "speedup": confirmation.get("speedup")}
             cards[prefix + folder.name] = entry
     return {"done": (run_dir / "diff.json").exists(), "cards": cards}
+
+
+def _ncu_costs(folder: Path) -> dict[str, Any]:
+    """Each ncu trial's cost in a card's trials folder (its card's profiler_settings.ncu_cost): cold or
+    started ahead, wall seconds, passes per kernel, the child's phases."""
+    found: dict[str, Any] = {}
+    for path in [folder / "baseline.json", *sorted(folder.glob("trial_*.json"))]:
+        for card in _cards(path)[:1]:
+            cost = (card.get("profiler_settings") or {}).get("ncu_cost")
+            if isinstance(cost, dict):
+                found[path.stem] = {key: cost.get(key) for key in ("session", "wall_s", "passes", "after_child_s",
+                                                                    "ready_at_handoff", "phases_s")}
+    return found
 
 
 def finished_text(runs: dict[str, dict[str, Any]]) -> str:
@@ -1148,6 +1179,24 @@ def _ncu_marked_app_tests() -> list[str]:
     return found
 
 
+def step_ncu_cost(check: Check, step: Step, timeout: float) -> Outcome:
+    """The ncu child's phases, cold and started ahead: under ncu on the costliest default card at scale 1;
+    on a CPU, the child alone on the three default cards at the CPU scale (its CPU side)."""
+    out = check.work / "runs" / "ncu_cost.json"
+    argv = [check.python, str(COST_SCRIPT), "--prestarted", "--json", str(out)]
+    if check.device_form:
+        argv += ["--device", "cuda", "--cards", COST_CARD, "--ncu", str(check.ncu)]
+        if check.metrics_file:
+            argv += ["--metrics-list", str(check.metrics_file)]
+    proc = check.run(argv, timeout, log=check.work / "logs" / f"{step.name}.log")
+    _ok_or_fail(proc, _rel(COST_SCRIPT))
+    rows = _read_json(out) or []
+    numbers = {"trials": [{key: row.get(key) for key in ("card", "session", "wall_s", "passes", "after_child_s",
+                                                          "phases_s")} for row in rows if isinstance(row, dict)]}
+    said = [ln.strip() for ln in proc.output.splitlines() if re.match(r"(cold|pre-started) trial", ln)]
+    return Outcome("ok", "; ".join(said[-2:]) or "no trial finished", numbers)
+
+
 def step_gpu_tests(check: Check, step: Step, timeout: float) -> Outcome:
     marks, note = "gpu or ncu", ""
     if check.ncu_ok is False:  # they would fail on the reason the preflight already named
@@ -1388,6 +1437,8 @@ STEPS = [
          0, ("cuda", "harness"), step_gpu_tests, "gpu- and ncu-marked tests"),
     Step("plants", Work(other_s=40, other=f"pytest {_rel(PLANTS_TESTS)}: one worker, a trial per plant"), 0,
          ("cuda", "harness"), step_plants, f"the planted mistakes on CUDA ({PLANTS_DEVICE_VAR}=cuda)", plants_unmet),
+    Step("ncu_cost", Work(ncu_trials=2, ncu_cold=1, other_s=5, other=f"{_rel(COST_SCRIPT)}: torch, the card"), 30,
+         ("cuda", "ncu", "harness"), step_ncu_cost, "one ncu trial's phases, cold and started ahead"),
     Step("conv_kernels_ncu", Work(starts=1, ncu_trials=2, confirms=1, other_s=5, other="a Triton compile"), 55,
          ("cuda", "ncu", "harness"), step_conv_kernels_ncu,
          "vae_conv_kernels under ncu: cuDNN's kernels, a Triton tile"),
