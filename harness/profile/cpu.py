@@ -122,9 +122,10 @@ IGNORED_OPS = frozenset(
     }
 )
 
-# The report's op kinds and the CPU op names that do their main compute, in order of preference.
+# The op kinds and the CPU op names that do their main compute, in order of preference.
 _MAIN_OP_PATTERNS: dict[str, tuple[str, ...]] = {
     "conv3d": ("convolution", "conv3d", "conv_depthwise3d", "conv"),
+    "conv2d": ("convolution", "conv2d", "conv_depthwise2d", "conv"),
     "linear": ("addmm", "mm", "bmm", "matmul", "linear"),
     "attention": ("scaled_dot_product", "attention", "flash", "bmm", "softmax"),
     "cast": ("_to_copy", "copy_", "to"),

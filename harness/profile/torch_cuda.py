@@ -64,7 +64,8 @@ def compute_peak_key(dtype: str, op_kind: str, tf32: Tf32Switches) -> str | None
     if dtype == "float16":
         return "fp16_tflops"
     if dtype == "float32":
-        uses_tf32 = {"conv3d": tf32.conv, "linear": tf32.matmul, "attention": tf32.matmul}.get(op_kind, False)
+        uses_tf32 = {"conv3d": tf32.conv, "conv2d": tf32.conv, "linear": tf32.matmul,
+                     "attention": tf32.matmul}.get(op_kind, False)
         return "tf32_tflops" if uses_tf32 else "fp32_tflops"
     return None
 

@@ -165,7 +165,8 @@ def decode(value: Any, tensors: dict[str, torch.Tensor], device: str) -> Any:
     if key == "dict":
         return {k: decode(v, tensors, device) for k, v in inner.items()}
     if key == "dtype":
-        return parse_dtype(inner)
+        found = getattr(torch, str(inner), None)  # any dtype torch names (bool, int16, complex64 ...)
+        return found if isinstance(found, torch.dtype) else parse_dtype(inner)
     if key == "memory_format":
         if inner not in _MEMORY_FORMATS:
             raise WorkloadError(f"replay: unknown memory format {inner!r}")
