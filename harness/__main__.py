@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from harness.auto import run_auto
 from harness.cards.measures import card_time_us
-from harness.config_schema import is_auto
+from harness.config_schema import HarnessConfig, plain, typed
 from harness.errors import HarnessError
 from harness.provenance import check_run_dir, claim_run_dir, resumable
 from harness.run import execute
@@ -125,19 +125,19 @@ def resume_command(run_dir: Path) -> str:
 def app(cfg: DictConfig) -> float | None:
     install_signal_handlers()  # again: a launcher (submitit) may run this function without main()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    config = plain_config(cfg)
-    if is_auto(config):
+    config = typed(cfg)  # the one conversion: every part of the run reads the typed config
+    if config.experiment is None:  # experiment=auto
         try:  # auto's own identity; each sub-run claims its folder <run>/<experiment>/ in execute
-            claim_run_dir(run_dir, config, device=str(config.get("device")),
-                          profiler=str((config.get("profiler") or {}).get("name")),
-                          cards=config.get("cards") or config["auto"].get("default_cards"))
+            claim_run_dir(run_dir, plain(config), device=config.device,
+                          profiler=str((config.profiler or {}).get("name")),
+                          cards=config.cards or config.auto.default_cards)
             summary = run_auto(config, run_dir, _compose_experiment, known_experiments([]))
         except HarnessError as exc:
             _fail(str(exc))
         except KeyboardInterrupt as stop:
             _stopped(run_dir, stop)
         print(summary)
-        made = ("plan.json, plan.md; nothing measured" if config["auto"].get("plan_only")
+        made = ("plan.json, plan.md; nothing measured" if config.auto.plan_only
                 else "summary.md, and one sub-run folder per experiment")
         print(f"outputs: {run_dir}  ({made})")
         return None
@@ -184,7 +184,7 @@ def known_experiments(args: list[str]) -> list[str]:
             "experiment", config_name="config", overrides=searchpath)
 
 
-def _compose_experiment(name: str) -> dict[str, Any]:
+def _compose_experiment(name: str) -> HarnessConfig:
     """Experiment `name`'s config with this run's overrides (auto's sub-runs): what `experiment=name` gives,
     checked as that run would check it (ConfigError, the experiment named)."""
     from hydra import compose
@@ -196,13 +196,12 @@ def _compose_experiment(name: str) -> dict[str, Any]:
     searchpath = _searchpath_overrides(list(HydraConfig.get().overrides.hydra))
     try:
         cfg = compose(config_name="config", overrides=[*searchpath, *overrides, f"experiment={name}"])
-        config = plain_config(cfg)
-        validate_config(config)
+        validate_config(plain_config(cfg))
     except (HydraException, OmegaConfBaseException) as exc:  # a user's experiment file the schema rejects
         raise ConfigError(f"experiment={name}: {_one_line(exc)}") from None
     except ConfigError as exc:
         raise ConfigError(f"experiment={name}: {exc}") from None
-    return config
+    return typed(cfg)
 
 
 def preflight(args: list[str]) -> None:
@@ -219,8 +218,9 @@ def preflight(args: list[str]) -> None:
         check_creatable(run_dir, "hydra.run.dir")
         # Before Hydra writes into the folder: not another run's, and with resume, a run to resume.
         check_run_dir(Path(run_dir), config)
-        if config["search"].get("storage"):  # the default lives in the run directory, not made yet
-            make_storage(config["search"]["storage"], config["search"])
+        search = typed(config).search
+        if search.storage:  # the default lives in the run directory, not made yet
+            make_storage(search.storage, search)
     except HarnessError as exc:
         _fail(str(exc))
 

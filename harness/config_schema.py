@@ -11,8 +11,9 @@ settings, in its YAML file (a field without a default here is MISSING until a fi
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -226,6 +227,25 @@ class HarnessConfig:
 def is_auto(cfg: Mapping[str, Any]) -> bool:
     """Whether a composed config is `experiment=auto`'s (no experiment: it picks them)."""
     return cfg.get("experiment") is None
+
+
+def experiment_of(config: HarnessConfig) -> ExperimentConfig:
+    """The experiment a config runs: every config names one but experiment=auto's, which harness.auto splits
+    into one config per experiment it picks."""
+    if config.experiment is None:
+        raise ValueError("experiment=auto names no experiment to run; harness.auto runs each one it picks")
+    return config.experiment
+
+
+def typed(config: Mapping[str, Any]) -> HarnessConfig:
+    """A composed and checked config (harness.validate) as HarnessConfig, every value typed: how the run's
+    code reads it. Converted once where a run starts (harness.__main__, and each experiment auto runs)."""
+    return cast(HarnessConfig, OmegaConf.to_object(OmegaConf.merge(schema_node(), config)))
+
+
+def plain(config: HarnessConfig) -> dict[str, Any]:
+    """The config as plain data, as composed: what is hashed, recorded (the run identity) and sent to the worker."""
+    return dataclasses.asdict(config)
 
 
 def schema_node() -> DictConfig:

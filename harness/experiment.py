@@ -27,7 +27,7 @@ from typing import Any, Callable, overload
 import torch
 
 from harness.correctness import CorrectnessError, unit_roundoff
-from harness.errors import HarnessError
+from harness.descriptions import ExperimentError, check_space_params
 from harness.optional import needs_module
 from harness.rounds import RoundError, check_carries
 from harness.workloads.base import Workload, WorkloadError
@@ -105,10 +105,6 @@ def all_needs(checks: list[NeedsFn]) -> NeedsFn:
 
 class VariantSkipped(RuntimeError):
     """This variant cannot run on this device or install; the message says why."""
-
-
-class ExperimentError(HarnessError):
-    """An experiment that does not exist or is misconfigured; one line, with the fix."""
 
 
 @dataclass
@@ -212,17 +208,13 @@ class Experiment:
     def applies_to(self, op_kind: str) -> bool:
         return op_kind in self.op_kinds
 
+    def parameters(self) -> dict[str, list[str]]:
+        """Each variant, in registration order, with the parameters it takes after the workload."""
+        return {name: list(inspect.signature(fn).parameters)[1:] for name, fn in self.variants.items()}
+
     def check_space(self, space: dict[str, Any]) -> None:
         """Every parameter of the space is one its variant takes: a typo must not be searched silently."""
-        for variant, params in space.items():
-            if variant not in self.variants:
-                continue  # harness.search.validate_space names unknown variants
-            taken = list(inspect.signature(self.variants[variant]).parameters)[1:]  # after the workload
-            for name in params or {}:
-                if name not in taken:
-                    raise ExperimentError(
-                        f"experiment.space.{variant}.{name}: {self.name}'s variant {variant} takes no parameter "
-                        f"{name!r}; it takes: {', '.join(taken) or 'none'}")
+        check_space_params(self.name, self.parameters(), space)
 
 
 def load_experiment(module: str, expected_name: str | None = None) -> Experiment:

@@ -4,6 +4,8 @@ The run (harness.card_search) sends one `TrialJob` per request as a JSON line; t
 (harness.worker.server) and the ncu child (harness.profile.ncu_child) rebuild the trial from it alone:
 it carries the card itself, as the run has it (a chunk card derived from the report, a round-2 card from
 best.json), so no child re-reads or re-lints the report. The child answers with one `TrialResult`.
+Before it measures, the run asks the same child what it needs of the torch side (`JobKind.DESCRIBE`: the
+device, the experiment, the profiler, the report's chunk cards; harness.descriptions).
 
 `TrialStatus` is the one vocabulary of outcomes: the child's answers, the parent's own (a crash, a
 missed deadline) and the search's (not drawn, interrupted, surplus). `OUTCOMES` maps each to Optuna's
@@ -76,6 +78,7 @@ class JobKind(str, Enum):
     MEASURE = "measure"  # the baseline or one trial: checked, timed, profiled, its card written
     RETIME = "retime"  # the baseline timed again (the drift check between trials)
     CONFIRM = "confirm"  # baseline and best in paired rounds; both cards restated from them
+    DESCRIBE = "describe"  # what the run needs of the torch side (harness.descriptions.DescribeJob)
 
 
 @dataclass(frozen=True)
@@ -153,23 +156,23 @@ class TrialJob:
         """Equal for requests the child can serve from one built workload and prepared baseline."""
         building = ("card", "experiment_module", "device", "scale", "seed", "inputs_dir", "attention", "cast",
                     "applied", "adopted", "reference_path")
-        return json.dumps({name: _plain(getattr(self, name)) for name in building}, sort_keys=True, default=str)
+        return json.dumps({name: json_plain(getattr(self, name)) for name in building}, sort_keys=True, default=str)
 
     def for_trial(self, variant: str | None, params: Mapping[str, Any], role: str, **changes: Any) -> TrialJob:
         return replace(self, variant=variant, params=dict(params), role=role, **changes)
 
     def to_json(self) -> dict[str, Any]:
-        return _plain(asdict(self))
+        return json_plain(asdict(self))
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> TrialJob:
-        values = _known(cls, obj, "trial job")
+        values = known_fields(cls, obj, "trial job")
         if isinstance(values.get("timing"), Mapping):
-            values["timing"] = TimingSettings(**_known(TimingSettings, values["timing"], "trial job timing"))
+            values["timing"] = TimingSettings(**known_fields(TimingSettings, values["timing"], "trial job timing"))
         if isinstance(values.get("retime"), Mapping):
-            values["retime"] = TimingSettings(**_known(TimingSettings, values["retime"], "trial job retime"))
+            values["retime"] = TimingSettings(**known_fields(TimingSettings, values["retime"], "trial job retime"))
         if isinstance(values.get("confirm"), Mapping):
-            values["confirm"] = ConfirmPlan(**_known(ConfirmPlan, values["confirm"], "trial job confirm"))
+            values["confirm"] = ConfirmPlan(**known_fields(ConfirmPlan, values["confirm"], "trial job confirm"))
         if "kind" in values:
             values["kind"] = JobKind(values["kind"])
         return cls(**values)
@@ -190,7 +193,7 @@ class Judgement:
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> Judgement:
-        return cls(**_known(cls, obj, "judgement", strict=False))
+        return cls(**known_fields(cls, obj, "judgement", strict=False))
 
     def why_infeasible(self) -> str:
         """One line: the numbers, and the check's own reason when it has one (a check beyond the output's
@@ -239,11 +242,11 @@ class TrialResult:
         return self.outcome.restarts_worker
 
     def to_json(self) -> dict[str, Any]:
-        return _plain(asdict(self))
+        return json_plain(asdict(self))
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> TrialResult:
-        values = _known(cls, obj, "trial result")
+        values = known_fields(cls, obj, "trial result")
         values["status"] = TrialStatus(values["status"])
         if isinstance(values.get("judgement"), Mapping):
             values["judgement"] = Judgement.from_dict(values["judgement"])
@@ -261,7 +264,8 @@ def per_call(median_us: float, calls: int) -> float:
 _T = TypeVar("_T")
 
 
-def _known(cls: type[_T], obj: Mapping[str, Any], what: str, strict: bool = True) -> dict[str, Any]:
+def known_fields(cls: type[_T], obj: Mapping[str, Any], what: str, strict: bool = True) -> dict[str, Any]:
+    """The values of `obj` that are fields of the dataclass `cls`; with `strict`, a key it lacks is an error."""
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(obj) - names)
     if unknown and strict:
@@ -269,12 +273,12 @@ def _known(cls: type[_T], obj: Mapping[str, Any], what: str, strict: bool = True
     return {k: v for k, v in obj.items() if k in names}
 
 
-def _plain(value: Any) -> Any:
+def json_plain(value: Any) -> Any:
     """JSON's own types: enums by value, tuples as lists."""
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: json_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [json_plain(v) for v in value]
     return value

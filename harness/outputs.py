@@ -24,7 +24,8 @@ from harness.cards.measures import TIMING_BASIS
 from harness.cards.model import Card, Report, save_report, write_json_atomic, write_text_atomic
 from harness.cards.rules import RuleSet, class_counts, rules_text
 from harness.chunk_breakdown import attach_op_breakdowns
-from harness.experiment import Experiment
+from harness.config_schema import experiment_of
+from harness.descriptions import ExperimentFacts
 from harness.overview import CardResult, render_end_to_end
 from harness.recipe import render_recipe
 from harness.report.html import write_run_html
@@ -41,7 +42,7 @@ def _report(cards: list[Card], rules: RuleSet, scope: str) -> Report:
 
 def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
     scope = (f"harness {ctx.experiment.name} on {ctx.environment.get('device_name')}; metrics from "
-             f"{ctx.profiler.name}; workload scale recorded per card")
+             f"{ctx.profiler}; workload scale recorded per card")
     save_report(_report([o.baseline for o in outcomes], ctx.rules, scope), ctx.run_dir / "baseline.json")
     # best.json: what to take home, card by card (an adopted variant, else the baseline kept);
     # tried.json: the best variant each search found, adopted or not, for the diff and the page.
@@ -60,7 +61,7 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
         diffs = [diff_cards(o.baseline, o.tried, check=ctx.experiment.check, hypothesis=ctx.experiment.hypothesis,
                             threshold=band, confirmation=o.confirmation, adopted=o.adopted)
                  for o in outcomes if o.tried is not None]
-        attach_op_breakdowns(diffs, outcomes, ctx.cfg["experiment"].get("predict_from"))
+        attach_op_breakdowns(diffs, outcomes, experiment_of(ctx.cfg).predict_from)
         title = f"{ctx.experiment.name}: baseline vs the best variant tried"
         diff = ReportDiff(cards=diffs, only_before=[o.card_id for o in outcomes if o.tried is None], only_after=[])
     diff.refused = {o.card_id: lists for o in outcomes
@@ -91,7 +92,7 @@ def write_page(run_dir: Path) -> None:
         log.warning("report.html not written: %s: %s", type(exc).__name__, exc)
 
 
-def card_results(experiment: Experiment, outcomes: list[CardOutcome], diffs: list[CardDiff]) -> list[CardResult]:
+def card_results(experiment: ExperimentFacts, outcomes: list[CardOutcome], diffs: list[CardDiff]) -> list[CardResult]:
     """The run's findings per report card, for the end-to-end view (baseline-only runs find no speedup)."""
     by_card = {d.card: d for d in diffs}
     return [
@@ -131,7 +132,7 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
     # Why the run's profiler is not the one asked for (profiler=auto falling back from ncu), from run.py.
     fallback = [f"Profiler note: {note}" for note in ctx.environment.get("profiler_notes") or []]
     lines = [f"# {ctx.experiment.name}", "", f"Hypothesis: {ctx.experiment.hypothesis}", "",
-             f"Device: {ctx.environment.get('device_name')} ({ctx.device}); profiler: {ctx.profiler.name}", "",
+             f"Device: {ctx.environment.get('device_name')} ({ctx.device}); profiler: {ctx.profiler}", "",
              *fallback, *([""] if fallback else []),
              f"Baseline us and variant us: {TIMING_BASIS} of the op (a batched variant's median is divided by "
              "its calls), from the paired confirm rounds when there were any. The profiler's kernel-duration sums "
@@ -189,7 +190,7 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
     lines.append(render_end_to_end(
         ctx.report, card_results(ctx.experiment, outcomes, diffs),
         measured_on=f"{ctx.environment.get('device_name')} ({ctx.device}) at workload scale {', '.join(scales)}",
-        report_device=str(ctx.cfg.get("report_device") or "H200")))
+        report_device=ctx.cfg.report_device))
     return "\n".join(lines) + "\n"
 
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from harness.cards.diff import ReportDiff
 from harness.cards.model import Card, Report
 from harness.cards.rules import RuleSet
+from harness.config_schema import HarnessConfig
+from harness.descriptions import ExperimentFacts
 from harness.errors import HarnessError
-from harness.experiment import Experiment
-from harness.measure import TimingSettings
-from harness.profile.base import Profiler
+from harness.jobs import TimingSettings
+from harness.worker import TrialWorker
 
 
 class RunError(HarnessError):
@@ -57,30 +58,40 @@ class CardOutcome:
 
 @dataclass
 class RunContext:
-    cfg: Mapping[str, Any]
+    cfg: HarnessConfig
     run_dir: Path
-    experiment: Experiment
+    experiment: ExperimentFacts
     rules: RuleSet
     device: str
-    profiler: Profiler
+    profiler: str  # the backend's name, resolved by the worker (harness.profile.registry)
     environment: dict[str, Any]
     settings: TimingSettings
     storage: str
-    report: Report  # the input report, normalized and classified: the cards' time shares, cast frames
+    report: Report  # the input report, normalized and classified, with its chunk cards: time shares, selection
+    worker: TrialWorker
+    starts_counted: int  # the worker's starts before this run (harness.worker.TrialWorker.startups)
+    cast_frames: dict[str, int] = field(default_factory=dict)  # a cast card's frames, from its report pair
     phases: dict[str, float] = field(default_factory=lambda: {"measurement_s": 0.0, "profiling_s": 0.0,
                                                                   "setup_s": 0.0})
     diff: ReportDiff | None = None  # the latest before/after diff written
     # Variants of the space left out of the search because this device cannot run them, with why.
     not_drawn: dict[str, str] = field(default_factory=dict)
 
+    def count_worker_starts(self) -> None:
+        """The worker's starts since the last count into the phases: paid once per run, again per restart."""
+        started = self.worker.startups[self.starts_counted:]
+        self.starts_counted = len(self.worker.startups)
+        self.phases["worker_startup_s"] = self.phases.get("worker_startup_s", 0.0) + sum(started)
+        self.phases["worker_starts"] = self.phases.get("worker_starts", 0) + len(started)
+
 
 def same_band(ctx: RunContext) -> float:
     """The SAME band of this run's device class (timing.same_band.cpu or .cuda)."""
-    bands = ctx.cfg["timing"]["same_band"]
-    return float(bands["cuda" if ctx.device.startswith("cuda") else "cpu"])
+    bands = ctx.cfg.timing.same_band
+    return bands.cuda if ctx.device.startswith("cuda") else bands.cpu
 
 
-def baseline_only(experiment: Experiment) -> bool:
+def baseline_only(experiment: ExperimentFacts) -> bool:
     return len(experiment.variants) == 1
 
 

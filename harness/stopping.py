@@ -49,7 +49,7 @@ class Progress:
 def note_progress(stop: BaseException, ctx: RunContext, cards_done: list[str], cards: list[str]) -> None:
     """Attach to `stop` how far the run of `ctx` (with experiment=auto, the sub-run's) got, for `record_stop`."""
     facts = {"phases": dict(ctx.phases), "environment": ctx.environment, "storage": describe_url(ctx.storage),
-             "worker": ctx.cfg["search"].get("worker")}
+             "worker": ctx.cfg.search.worker}
     setattr(stop, PROGRESS_ATTR, Progress(ctx.run_dir, list(cards_done), list(cards), facts))
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from harness.experiment import Experiment, ExperimentError
 from harness.search import drawable, open_study, plan_search, suggest
+from tests.search_settings import search_config
 
 
 def _experiment() -> Experiment:
@@ -59,7 +60,7 @@ def test_with_fewer_trials_than_the_space_no_trial_goes_to_a_cuda_only_variant_o
     experiment = _experiment()
     space = {"anywhere": {"x": [1, 2]}, "gpu_only": {"tile": [16, 32, 64, 128]}}
     kept, _ = drawable(space, experiment.unmet_needs("cpu"))
-    plan = plan_search(kept, {"n_trials": 2, "sampler": sampler, "seed": 3})
+    plan = plan_search(kept, search_config(n_trials=2, sampler=sampler, seed=3))
     study = open_study("s", f"sqlite:///{tmp_path}/optuna.db", plan.sampler, resume=False)
     drawn: list[str] = []
 

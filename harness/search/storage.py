@@ -21,13 +21,16 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar, cast
 
 import optuna
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from harness.search.errors import SearchError
+
+if TYPE_CHECKING:  # annotations only: the page (harness.report) opens storages without Hydra's schema
+    from harness.config_schema import SearchConfig
 
 # Trial system attributes written by the harness.
 HEARTBEAT_KEY = "harness:heartbeat"      # journal storages: time.time() of the last beat
@@ -40,20 +43,20 @@ RDB_BACKENDS = ("sqlite", "postgresql", "mysql")
 
 @dataclass(frozen=True)
 class StorageSettings:
-    heartbeat_interval_s: int | None = 60
-    grace_period_s: int | None = 180
-    max_retry: int | None = 1
+    """A storage's heartbeat and retries: the run's `search` settings, or UNMANAGED."""
+
+    heartbeat_interval_s: int | None
+    grace_period_s: int | None
+    max_retry: int | None
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any] | None) -> StorageSettings:
-        cfg = cfg or {}
-        defaults = cls()
+    def of(cls, search: SearchConfig) -> StorageSettings:
+        return cls(search.heartbeat_interval_s, search.grace_period_s, search.max_retry)
 
-        def pick(key: str) -> int | None:
-            value = cfg.get(key, getattr(defaults, key))
-            return None if value is None else int(value)
 
-        return cls(pick("heartbeat_interval_s"), pick("grace_period_s"), pick("max_retry"))
+# A storage opened without a run's search settings, to read its studies (the page, a check): no heartbeat
+# of its own, no trial failed for its age, none re-queued.
+UNMANAGED = StorageSettings(heartbeat_interval_s=None, grace_period_s=None, max_retry=0)
 
 
 class RetryStale:
@@ -145,17 +148,18 @@ def journal_path(url: str) -> Path | None:
 _STORAGES: dict[tuple[str, StorageSettings], BaseStorage] = {}
 
 
-def make_storage(url: str, cfg: Mapping[str, Any] | None = None) -> BaseStorage:
-    """Open (once per process) the Optuna storage `url` names, with heartbeat and retry from `cfg`.
+def make_storage(url: str, search: SearchConfig | None = None) -> BaseStorage:
+    """Open (once per process) the Optuna storage `url` names, with the heartbeat and retries of the run's
+    `search` settings; without them, the storage this process already opened for the URL, else UNMANAGED.
 
     Raises SearchError, naming the URL (password masked), when it is not a storage URL or cannot be
     opened (server unreachable, database missing, unwritable file).
     """
-    if cfg is None:  # the storage this process already opened for the URL, whatever its settings
+    if search is None:  # the storage this process already opened for the URL, whatever its settings
         for (cached_url, _), cached in _STORAGES.items():
             if cached_url == url:
                 return cached
-    settings = StorageSettings.from_config(cfg)
+    settings = UNMANAGED if search is None else StorageSettings.of(search)
     key = (url, settings)
     if key in _STORAGES:
         return _STORAGES[key]
@@ -274,7 +278,7 @@ def _settings(storage: BaseStorage) -> StorageSettings:
     backend = getattr(storage, "_backend", storage)  # a study wraps an RDB storage in a cache
     # harness_settings: the StorageSettings make_storage attached to the storage it made
     return cast(StorageSettings,
-                getattr(backend, "harness_settings", None) or getattr(storage, "harness_settings", StorageSettings()))
+                getattr(backend, "harness_settings", None) or getattr(storage, "harness_settings", UNMANAGED))
 
 
 def _heartbeat_enabled(storage: BaseStorage) -> bool:

@@ -20,7 +20,7 @@ import socket
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import optuna
 from optuna.storages import BaseStorage
@@ -31,6 +31,9 @@ from harness.search.errors import SearchError
 from harness.search.interrupt import interrupted
 from harness.search.space import Space, configurations, discrete_size
 from harness.search.storage import OWNER_KEY, RetryStale, describe_url, make_storage, recover_trials
+
+if TYPE_CHECKING:  # annotations only: the page (harness.report) opens storages without Hydra's schema
+    from harness.config_schema import SearchConfig
 
 # Trial system attributes written by the harness.
 INTERRUPTED_KEY = "harness:interrupted"  # the signal that stopped the process while this trial ran
@@ -136,22 +139,19 @@ class SearchPlan:
     n_trials: int
 
 
-def plan_search(space: Space, cfg: Mapping[str, Any]) -> SearchPlan:
-    n_trials = int(cfg.get("n_trials", 16))
-    if n_trials < 1:
-        raise SearchError(f"search.n_trials={n_trials}: must be at least 1")
+def plan_search(space: Space, search: SearchConfig) -> SearchPlan:
+    """The sampler and budget of one card's study (`search.sampler` auto: exhaustive for a discrete space of
+    at most `search.exhaustive_max` configurations, whose size then caps `search.n_trials`; TPE otherwise)."""
+    n_trials = search.n_trials
     size = discrete_size(space)
-    choice = cfg.get("sampler", "auto")
-    seed = cfg.get("seed", 0)
+    choice = search.sampler
     if choice == "auto":
-        choice = "bruteforce" if size is not None and size <= int(cfg.get("exhaustive_max", 64)) else "tpe"
+        choice = "bruteforce" if size is not None and size <= search.exhaustive_max else "tpe"
     if choice == "bruteforce":
         if size is None:
             raise SearchError("search.sampler=bruteforce needs a discrete space (ranges with a step)")
         n_trials = min(n_trials, size)
-    elif choice not in ("tpe", "random"):
-        raise SearchError(f"search.sampler={choice!r}: choose auto, bruteforce, tpe or random")
-    sampler = SharedBudgetSampler(choice, seed, space, n_trials, exhaustive=choice == "bruteforce")
+    sampler = SharedBudgetSampler(choice, search.seed, space, n_trials, exhaustive=choice == "bruteforce")
     return SearchPlan(sampler, choice, n_trials)
 
 

@@ -14,7 +14,9 @@ with one JSON line on a private pipe. The parent waits for the answer under a de
 
 The child is started once per process (importing torch costs seconds; one child serves every run of
 the process, e.g. experiment=auto's sub-runs, logging to each run's folder) and again only after it
-died, was killed, or hit a CUDA error that leaves its context unusable. The deadline covers every
+died, was killed, or hit a CUDA error that leaves its context unusable. It is also where the run learns
+what it needs of the torch side before measuring (the device, the experiment's variants, the profiler,
+the report's chunk cards: harness.descriptions), so the parent never imports torch. The deadline covers every
 request: the baseline, each trial, the drift re-time after it and the confirm rounds. It
 rebuilds a card's workload from the same spec the ncu child gets and keeps it, with the experiment's
 prepared baseline and the correctness reference, until a request for another card comes, so the
@@ -28,15 +30,16 @@ The child ignores SIGINT and runs in its own session: Ctrl-C reaches the parent 
 the child. It dies with the parent (PR_SET_PDEATHSIG on Linux, else a watchdog thread). Its stdout
 and stderr go to `worker.log` in the run directory (faulthandler writes a crashed child's Python
 stack there). `search.worker_memory_limit_gb` caps the child's address space (RLIMIT_AS, Linux, CPU
-device only) so a runaway CPU variant fails with an allocation error instead of taking the machine.
+device only, from its first CPU job on) so a runaway CPU variant fails with an allocation error instead of
+taking the machine.
 """
 
 from harness.worker.client import (
     CardSession,
     TrialWorker,
     close_worker,
-    deadline_from,
     quiet_trial_failures,
+    warn_unused_memory_limit,
     worker_for,
 )
 from harness.worker.protocol import TrialFailed, WorkerError, exit_reason, is_out_of_memory, one_line
@@ -47,10 +50,10 @@ __all__ = [
     "TrialWorker",
     "WorkerError",
     "close_worker",
-    "deadline_from",
     "exit_reason",
     "is_out_of_memory",
     "one_line",
     "quiet_trial_failures",
+    "warn_unused_memory_limit",
     "worker_for",
 ]

@@ -1,5 +1,6 @@
 """The worker child's process: `python -m harness.worker REQUEST_FD REPLY_FD`, started by
-harness.worker.client.TrialWorker; one TrialJob per line in, one TrialResult per line out (harness.jobs)."""
+harness.worker.client.TrialWorker; one job per line in, one answer per line out: a TrialJob's TrialResult
+(harness.jobs), a DescribeJob's Description (harness.descriptions)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import os
 import signal
 import sys
 import time
+import traceback
 from typing import Any
 
-from harness.jobs import TrialJob, TrialResult, TrialStatus
-from harness.worker.protocol import ENV_CPU_THREADS, ENV_LOG, ENV_MEMORY_LIMIT, ENV_PARENT
+from harness.descriptions import DescribeJob, Description
+from harness.jobs import JobKind, TrialJob, TrialResult, TrialStatus
+from harness.worker.describe import describe
+from harness.worker.protocol import ENV_CPU_THREADS, ENV_LOG, ENV_MEMORY_LIMIT, ENV_PARENT, one_line
 from harness.worker.server import Server, answer
 
 
@@ -71,6 +75,36 @@ def _log_to(path: str) -> None:
     os.close(fd)
 
 
+class MemoryLimit:
+    """search.worker_memory_limit_gb (set by the parent in this process's environment), applied once, before
+    the first CPU job: a describe job or a CUDA run never runs under it (CUDA reserves more address space
+    than any such limit, and `device=auto` is resolved by a describe job)."""
+
+    def __init__(self) -> None:
+        self.applied = False
+
+    def before(self, job: TrialJob) -> None:
+        if not self.applied and job.device.startswith("cpu"):
+            self.applied = True
+            _limit_memory(os.environ.get(ENV_MEMORY_LIMIT))
+
+
+def _answer(request: dict[str, Any], server: Server, limit: MemoryLimit) -> TrialResult | Description:
+    """A describe job's Description, else the trial job's TrialResult; a request that cannot be read, or a
+    description that fails, is a FAILED TrialResult with why (the parent tells the two answers apart)."""
+    try:
+        if request.get("kind") == JobKind.DESCRIBE.value:
+            return describe(DescribeJob.from_json(request))
+        job = TrialJob.from_json(request)
+    except (ValueError, KeyError, TypeError) as exc:
+        return TrialResult(TrialStatus.FAILED, reason=f"bad request: {exc}")
+    except Exception as exc:  # noqa: BLE001 - the child answers whatever describing raised, and stays up
+        traceback.print_exception(exc)
+        return TrialResult(TrialStatus.FAILED, reason=one_line(exc))
+    limit.before(job)
+    return answer(server, job)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m harness.worker REQUEST_FD REPLY_FD (started by harness.worker.TrialWorker)",
@@ -90,8 +124,7 @@ def main(argv: list[str]) -> int:
     if os.environ.get(ENV_CPU_THREADS):
         torch.set_num_threads(int(os.environ[ENV_CPU_THREADS]))
 
-    _limit_memory(os.environ.get(ENV_MEMORY_LIMIT))
-    server = Server()
+    server, limit = Server(), MemoryLimit()
     log_path = os.environ.get(ENV_LOG) or None
     _send(replies, {"ready": True, "pid": os.getpid(), "torch_threads": torch.get_num_threads()})
     for line in requests:
@@ -99,14 +132,14 @@ def main(argv: list[str]) -> int:
             continue
         try:
             message = json.loads(line)
-            job = TrialJob.from_json(message["job"])
+            request = dict(message["job"])
         except (ValueError, KeyError, TypeError) as exc:
-            result = TrialResult(TrialStatus.FAILED, reason=f"bad request: {exc}")
+            result: TrialResult | Description = TrialResult(TrialStatus.FAILED, reason=f"bad request: {exc}")
         else:
             if message.get("log_path") and message["log_path"] != log_path:
                 log_path = message["log_path"]
                 _log_to(log_path)  # a later run of the same parent process: its own worker.log
-            result = answer(server, job)
+            result = _answer(request, server, limit)
         _send(replies, result.to_json())
         sys.stdout.flush()
     return 0  # the parent closed the pipe: the run is over

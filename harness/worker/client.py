@@ -13,8 +13,9 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
+from harness.descriptions import DescribeJob, Description
 from harness.jobs import ConfirmPlan, JobKind, TimingSettings, TrialJob, TrialResult, TrialStatus
 from harness.worker.protocol import (
     ENV_CPU_THREADS,
@@ -26,6 +27,9 @@ from harness.worker.protocol import (
     WorkerError,
     exit_reason,
 )
+
+if TYPE_CHECKING:  # annotations only: the worker child imports this package, and needs no Hydra
+    from harness.config_schema import HarnessConfig
 
 log = logging.getLogger("harness")
 
@@ -156,13 +160,34 @@ class TrialWorker:
 
         Raises WorkerError only when no child can be started; KeyboardInterrupt kills the child.
         """
+        reply = self._exchange(job.to_json(), deadline_s)
+        if isinstance(reply, TrialResult):
+            return reply
+        result = TrialResult.from_json(reply)
+        if result.restart:
+            self.kill()
+            result = replace(result, reason=result.reason + "; worker restarted (the CUDA context is unusable "
+                             "after this error)")
+        return result
+
+    def describe(self, job: DescribeJob, deadline_s: float | None) -> Description:
+        """What the run needs of the torch side (harness.descriptions), from the child; WorkerError, with why,
+        when it cannot answer (it could not start, died, missed the deadline, or describing failed)."""
+        reply = self._exchange(job.to_json(), deadline_s)
+        if isinstance(reply, TrialResult) or "status" in reply:  # the child's own failure is a TrialResult too
+            failed = reply if isinstance(reply, TrialResult) else TrialResult.from_json(reply)
+            raise WorkerError(f"the worker could not describe the run: {failed.reason}{self._log_tail()}")
+        return Description.from_json(reply)
+
+    def _exchange(self, request: dict[str, Any], deadline_s: float | None) -> dict[str, Any] | TrialResult:
+        """Send one request and read its answer (a JSON object); no answer is a CRASHED or DEADLINE result."""
         if self._proc is None or self._proc.poll() is not None:
             if self._proc is not None:
                 self.kill()
             self.start()
         assert self._proc is not None and self._send is not None
         log_path = str(self.log_path) if self.log_path is not None else None
-        message = (json.dumps({"log_path": log_path, "job": job.to_json()}) + "\n").encode()
+        message = (json.dumps({"log_path": log_path, "job": request}) + "\n").encode()
         until = None if deadline_s is None else time.monotonic() + float(deadline_s)
         try:
             try:
@@ -177,12 +202,7 @@ class TrialWorker:
             self.kill()
             raise
         if line is not None:
-            result = TrialResult.from_json(json.loads(line))
-            if result.restart:
-                self.kill()
-                result = replace(result, reason=result.reason + "; worker restarted (the CUDA context is unusable "
-                                 "after this error)")
-            return result
+            return cast("dict[str, Any]", json.loads(line))
         proc = self._proc
         if proc.poll() is None and until is not None and time.monotonic() >= until:
             assert deadline_s is not None  # until was set from it
@@ -223,32 +243,34 @@ class TrialWorker:
 
 
 _WORKER: TrialWorker | None = None
-_WARNED: set[int] = set()
 
 
-def worker_for(ctx: Any) -> TrialWorker:
-    """This process's worker, pointed at the run of `ctx` (its worker.log and worker.pid).
+def worker_for(cfg: HarnessConfig, device: str | None = None) -> TrialWorker:
+    """This process's worker, with the run's limits: `timing.cpu_threads` for a CPU device, and
+    `search.worker_memory_limit_gb` (Linux), which the child applies from its first CPU job on.
 
-    One worker serves every run of the process (experiment=auto runs one per experiment), so its
-    start-up is paid once; a different search.worker_memory_limit_gb or timing.cpu_threads starts a
-    new one.
+    `device`: the run's, once described (before: the configured one, so `device=auto` takes the CPU's
+    threads until the worker has resolved it). One worker serves every run of the process (experiment=auto
+    runs one per experiment), so its start-up is paid once; other limits start a new one. A run points it
+    at its folder (`TrialWorker.use_run_dir`) once the folder is claimed.
     """
     global _WORKER
-    search = ctx.cfg.get("search") or {}
-    limit = search.get("worker_memory_limit_gb")
-    if limit is not None and (not ctx.device.startswith("cpu") or not sys.platform.startswith("linux")):
-        if id(ctx) not in _WARNED:
-            _WARNED.add(id(ctx))
-            log.warning("search.worker_memory_limit_gb is ignored here: it needs Linux (RLIMIT_AS) and the CPU "
-                        "device (CUDA reserves more address space than any such limit)")
-        limit = None
-    threads = (ctx.cfg.get("timing") or {}).get("cpu_threads") if ctx.device.startswith("cpu") else None
-    if _WORKER is not None and (_WORKER.memory_limit_gb, _WORKER.cpu_threads) != (limit, threads):
+    on = device or cfg.device
+    limits = (cfg.search.worker_memory_limit_gb if sys.platform.startswith("linux") else None,
+              None if on.startswith("cuda") else cfg.timing.cpu_threads)
+    if _WORKER is not None and (_WORKER.memory_limit_gb, _WORKER.cpu_threads) != limits:
         close_worker()
     if _WORKER is None:
-        _WORKER = TrialWorker(memory_limit_gb=limit, cpu_threads=threads)
-    _WORKER.use_run_dir(Path(ctx.run_dir))
+        _WORKER = TrialWorker(memory_limit_gb=limits[0], cpu_threads=limits[1])
     return _WORKER
+
+
+def warn_unused_memory_limit(cfg: HarnessConfig, device: str) -> None:
+    """Say so when search.worker_memory_limit_gb cannot hold on this run's device or system."""
+    if cfg.search.worker_memory_limit_gb is not None and (not device.startswith("cpu")
+                                                          or not sys.platform.startswith("linux")):
+        log.warning("search.worker_memory_limit_gb is ignored here: it needs Linux (RLIMIT_AS) and the CPU "
+                    "device (CUDA reserves more address space than any such limit)")
 
 
 @atexit.register
@@ -258,15 +280,6 @@ def close_worker() -> None:
     worker, _WORKER = _WORKER, None
     if worker is not None:
         worker.close()
-
-
-def deadline_from(cfg: Mapping[str, Any]) -> float | None:
-    value = (cfg.get("search") or {}).get("trial_deadline_s", 900)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f"search.trial_deadline_s={value!r}: give seconds > 0, or null for none")
-    return float(value)
 
 
 class CardSession:

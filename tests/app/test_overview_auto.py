@@ -13,8 +13,10 @@ from harness.cards.lint import lint_report
 from harness.cards.measures import card_time_us
 from harness.cards.model import load_report
 from harness.cards.rules import classify_report
+from harness.config_schema import ExperimentConfig, typed
 from harness.experiment import ExperimentError, Prepared
 from harness.overview import CardResult, render_end_to_end
+from harness.worker import TrialWorker
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -30,6 +32,16 @@ def _timed(card, median_us, calls=1, device="cpu-a"):
     out.extra["variant"] = {"calls": calls}
     out.extra["environment"] = {"device_name": device, "device_kind": "cpu", "hostname": "h"}
     return out
+
+
+def _described(composed: dict[str, dict]) -> dict:
+    """The experiments of composed experiment files, as a worker describes them to auto."""
+    worker = TrialWorker()
+    try:
+        return candidate_experiments({name: ExperimentConfig(**c["experiment"]) for name, c in composed.items()},
+                                     worker, None)
+    finally:
+        worker.close()
 
 
 def test_batched_time_is_per_original_call(report):
@@ -103,7 +115,7 @@ def test_auto_matches_experiments_to_classes(report):
 
     composed = {name: yaml.safe_load(path.read_text()) for name, path in configs.items()
                 if name not in ("auto", "reprofile")}
-    experiments = candidate_experiments(composed)
+    experiments = _described(composed)
     assert "reprofile" not in experiments and "auto" not in experiments
     cards = [report.card(c) for c in ("dit-480-linear-m4680n5120k144-500175", "vae-480-conv3d-16to16k111t3-9507c7",
                                       "attention-480-fa2-self-4680of29640-42c686")]
@@ -171,10 +183,10 @@ def test_the_plan_covers_every_card_of_the_shipped_report_and_of_another(report)
     import yaml
 
     loaded = {name: yaml.safe_load(path.read_text()) for name, path in configs.items()}
-    experiments = candidate_experiments(loaded)
+    experiments = _described(loaded)
     scopes = {name: config["experiment"].get("default_cards") for name, config in loaded.items()}
     selected = report.cards[:2]
-    entries = plan_entries(report, experiments, selected, scopes)
+    entries = plan_entries(report, experiments, selected, scopes, unavailable={})
     assert [e["card"] for e in entries] == [c.id for c in report.cards]  # one entry per card, 69
     uncovered = [e["card"] for e in entries if not e["experiments"]]
     assert uncovered == []
@@ -235,18 +247,18 @@ def test_auto_runs_a_chunk_card_after_the_op_cards_that_predict_it(tmp_path, mon
     ran: list[tuple[str, object]] = []
 
     def execute(cfg, run_dir):
-        ran.append((cfg["experiment"]["name"], cfg["experiment"].get("predict_from")))
+        ran.append((cfg.experiment.name, cfg.experiment.predict_from))
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "diff.json").write_text('{"cards": []}')
-        ctx = SimpleNamespace(experiment=SimpleNamespace(name=cfg["experiment"]["name"]), diff=None,
+        ctx = SimpleNamespace(experiment=SimpleNamespace(name=cfg.experiment.name), diff=None,
                               environment={"device_name": "cpu"}, device="cpu")
         return ctx, []
 
     monkeypatch.setattr(auto, "execute", execute)
     monkeypatch.setattr(auto, "card_results", lambda experiment, outcomes, diffs: [])
     options = [p.stem for p in (CONF / "experiment").glob("*.yaml")]
-    cfg = composed("experiment=auto", "cards=[vae-480-chunk-decode,vae-480-conv3d-96to96k333t6]")
-    auto.run_auto(cfg, tmp_path, lambda name: composed(f"experiment={name}"), options)
+    cfg = typed(composed("experiment=auto", "cards=[vae-480-chunk-decode,vae-480-conv3d-96to96k333t6]"))
+    auto.run_auto(cfg, tmp_path, lambda name: typed(composed(f"experiment={name}")), options)
     names = [name for name, _ in ran]
     assert names[-1] == "vae_decode_chunk" and {"vae_channels_last", "vae_conv_kernels"} <= set(names)
     predicted_from = ran[-1][1]

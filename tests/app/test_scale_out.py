@@ -32,6 +32,7 @@ from harness.search import (
     remaining_trials,
     suggest,
 )
+from tests.search_settings import search_config
 
 Complete, Waiting, Running, Fail = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.WAITING,
                                     optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL)
@@ -57,7 +58,7 @@ def url(request, tmp_path) -> str:
 
 
 def test_the_queue_holds_n_trials_and_an_exhaustive_search_covers_each_configuration_once(url):
-    plan = plan_search(SPACE, {"n_trials": 16, "seed": 0})
+    plan = plan_search(SPACE, search_config(n_trials=16, seed=0))
     assert plan.sampler_name == "bruteforce" and plan.n_trials == 5
     study = open_study("s", url, plan.sampler, resume=False)
     assert [t.state for t in study.trials] == [Waiting] * 5 and remaining_trials(study, 5) == 5
@@ -66,16 +67,16 @@ def test_the_queue_holds_n_trials_and_an_exhaustive_search_covers_each_configura
     assert len(calls) == 5 and len(set(calls)) == 5
     assert [t.state for t in study.trials] == [Complete] * 5
     # Resuming with a larger budget on a covered space queues nothing; a smaller one runs nothing.
-    study = open_study("s", url, plan_search(SPACE, {"n_trials": 50}).sampler, resume=True)
+    study = open_study("s", url, plan_search(SPACE, search_config(n_trials=50)).sampler, resume=True)
     assert len(study.trials) == 5 and remaining_trials(study, 5) == 0
 
 
 def test_n_trials_caps_the_study_and_a_larger_n_on_resume_tops_it_up(url):
-    study = open_study("s", url, plan_search(SPACE, {"n_trials": 2, "seed": 1}).sampler, resume=False)
+    study = open_study("s", url, plan_search(SPACE, search_config(n_trials=2, seed=1)).sampler, resume=False)
     calls: list = []
     study.optimize(_objective(calls), n_trials=50)  # stops when the queue is empty, not after 50
     assert len(calls) == 2
-    study = open_study("s", url, plan_search(SPACE, {"n_trials": 4, "seed": 1}).sampler, resume=True)
+    study = open_study("s", url, plan_search(SPACE, search_config(n_trials=4, seed=1)).sampler, resume=True)
     study.optimize(_objective(calls), n_trials=50)
     assert len(calls) == 4 and len(set(calls)) == 4
 
@@ -84,7 +85,7 @@ def test_tpe_trials_are_seeded_per_trial_number(tmp_path):
     space = {"a": {"x": {"low": 0.0, "high": 1.0}}}
     draws = []
     for name in ("one", "two"):
-        plan = plan_search(space, {"n_trials": 3, "sampler": "tpe", "seed": 7})
+        plan = plan_search(space, search_config(n_trials=3, sampler="tpe", seed=7))
         study = open_study(name, f"sqlite:///{tmp_path}/o.db", plan.sampler, resume=False)
         study.optimize(lambda t: suggest(t, space)[1]["x"], n_trials=10)
         draws.append([t.params["a.x"] for t in study.trials])
@@ -93,7 +94,7 @@ def test_tpe_trials_are_seeded_per_trial_number(tmp_path):
 
 
 def test_a_trial_past_the_queue_is_surplus_and_does_not_measure(url):
-    study = open_study("s", url, plan_search(SPACE, {"n_trials": 2}).sampler, resume=False)
+    study = open_study("s", url, plan_search(SPACE, search_config(n_trials=2)).sampler, resume=False)
     storage = study._storage
     for trial in study.get_trials(states=(Waiting,)):  # another process took both queued trials
         assert storage.set_trial_state_values(trial._trial_id, state=Running)
@@ -115,7 +116,7 @@ def _kill_mid_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
 
 
 def test_a_trial_of_a_dead_process_is_failed_and_requeued_on_resume(url):
-    cfg = {"n_trials": 16, "heartbeat_interval_s": 1, "grace_period_s": 1, "max_retry": 1}
+    cfg = search_config(n_trials=16, heartbeat_interval_s=1, grace_period_s=1, max_retry=1)
     storage = make_storage(url, cfg)
     study = open_study("s", storage, plan_search(SPACE, cfg).sampler, resume=False)
     dead = _kill_mid_trial(study)
@@ -131,7 +132,7 @@ def test_a_trial_of_a_dead_process_is_failed_and_requeued_on_resume(url):
 
 
 def test_without_heartbeat_resume_fails_trials_running_past_the_grace_period(tmp_path):
-    cfg = {"n_trials": 16, "heartbeat_interval_s": None, "grace_period_s": 1, "max_retry": 1}
+    cfg = search_config(n_trials=16, heartbeat_interval_s=None, grace_period_s=1, max_retry=1)
     storage = make_storage(f"sqlite:///{tmp_path}/o.db", cfg)
     study = open_study("s", storage, plan_search(SPACE, cfg).sampler, resume=False)
     storage_trial = study.get_trials(states=(Waiting,))[0]
@@ -145,7 +146,7 @@ def test_without_heartbeat_resume_fails_trials_running_past_the_grace_period(tmp
 
 
 def test_an_interrupted_trial_goes_back_in_the_queue(url):
-    study = open_study("s", url, plan_search(SPACE, {"n_trials": 16}).sampler, resume=False)
+    study = open_study("s", url, plan_search(SPACE, search_config(n_trials=16)).sampler, resume=False)
     calls: list = []
     inner = _objective(calls)
 
@@ -162,14 +163,14 @@ def test_an_interrupted_trial_goes_back_in_the_queue(url):
         search.note_interrupt(None)
     stopped = [t for t in study.trials if t.state == Fail]
     assert len(stopped) == 1 and stopped[0].system_attrs[INTERRUPTED_KEY] == "SIGTERM"
-    study = open_study("s", url, plan_search(SPACE, {"n_trials": 16}).sampler, resume=True)
+    study = open_study("s", url, plan_search(SPACE, search_config(n_trials=16)).sampler, resume=True)
     study.optimize(inner, n_trials=50)
     assert len(calls) == 5 and len(set(calls)) == 5  # the interrupted configuration was measured after all
     assert [t.state for t in budget_trials(study.trials)] == [Complete] * 5
 
 
 def test_a_trial_whose_process_is_gone_is_requeued_at_once_on_the_same_host(url):
-    cfg = {"n_trials": 16}  # default heartbeat: 60 s interval, 180 s grace
+    cfg = search_config(n_trials=16)  # default heartbeat: 60 s interval, 180 s grace
     study = open_study("s", make_storage(url, cfg), plan_search(SPACE, cfg).sampler, resume=False)
     dead = _kill_mid_trial(study)
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -188,8 +189,8 @@ def test_a_trial_whose_process_is_gone_is_requeued_at_once_on_the_same_host(url)
 def test_the_exhaustive_queue_order_follows_search_seed(tmp_path):
     orders = []
     for i, seed in enumerate((3, 3, 4)):
-        study = open_study(f"s{i}", f"sqlite:///{tmp_path}/o.db", plan_search(SPACE, {"seed": seed}).sampler,
-                           resume=False)
+        plan = plan_search(SPACE, search_config(seed=seed))
+        study = open_study(f"s{i}", f"sqlite:///{tmp_path}/o.db", plan.sampler, resume=False)
         orders.append([json.dumps(t.system_attrs["fixed_params"], sort_keys=True) for t in study.trials])
     assert orders[0] == orders[1] and sorted(orders[0]) == sorted(orders[2]) and orders[0] != orders[2]
 

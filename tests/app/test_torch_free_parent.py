@@ -5,6 +5,11 @@ to the workloads' originals here."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +20,55 @@ from harness.workloads.attention import AttentionConfig
 from harness.workloads.base import parse_resolution as workloads_parse_resolution
 from harness.workloads.cast import CastConfig
 from harness.workloads.dit_block import KIND, SCOPE
+
+REPO = Path(__file__).resolve().parents[2]
+# `python -m harness` in a process that refuses torch: a meta-path finder installed here, in the parent alone.
+# The worker child is started as `python -m harness.worker` and imports torch as it always does. Every attempt
+# is refused and its stack printed, so an import the harness would survive (an optional one) fails the test too.
+REFUSE_TORCH = """
+import runpy, sys, traceback
+
+class RefuseTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            traceback.print_stack()
+            raise ImportError(f"torch refused to the run's process: {name}")
+        return None
+
+sys.meta_path.insert(0, RefuseTorch())
+sys.argv = ["harness", *sys.argv[1:]]
+runpy.run_module("harness", run_name="__main__", alter_sys=True)
+"""
+TINY = ["workload.cpu_scale=0.05", "timing.budget_s=0.05", "timing.confirm_rounds=1", "search.n_trials=2"]
+
+
+def _run_without_torch(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", REFUSE_TORCH, f"hydra.run.dir={run_dir}", *overrides],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_the_default_experiment_runs_with_torch_refused_to_the_parent(tmp_path):
+    started = time.monotonic()
+    proc = _run_without_torch(tmp_path, *TINY, "cards=[vae-480-conv3d-96to3k333t3-842ecd]")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "torch refused" not in proc.stderr, proc.stderr[-3000:]
+    assert (tmp_path / "summary.md").read_text().startswith("# vae_channels_last")
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["environment"]["torch"] and run["phases"]["worker_starts"] == 1  # the worker has torch
+    assert len(list((tmp_path / "trials" / "vae-480-conv3d-96to3k333t3-842ecd").glob("trial_*.json"))) == 2
+    assert time.monotonic() - started < 300
+
+
+@pytest.mark.slow
+def test_auto_plans_with_torch_refused_to_the_parent(tmp_path):
+    proc = _run_without_torch(tmp_path, "experiment=auto", "auto.plan_only=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "torch refused" not in proc.stderr, proc.stderr[-3000:]
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert any(e.get("chunk") for e in plan["cards"])  # chunk cards, derived from the report by the worker
+    assert "cards have at least one experiment" in (tmp_path / "plan.md").read_text()
+
 
 RESOLUTIONS = ["480x832", "704X1280", "480*832", " 480x832", "480x", "x832", "0x832", "-480x832", "480x832x3",
                "abc", "", None, 480, [480, 832], (704, 1280), ["a", 832], [480], {"h": 480}]
@@ -36,3 +90,34 @@ def test_both_sides_parse_a_resolution_alike(value):
 
 def test_the_dit_blocks_kind_and_scope_are_the_workloads_own():
     assert (DIT_BLOCK, DIT_SCOPE) == (KIND, SCOPE)
+
+
+def test_the_worker_describes_what_the_run_needs():
+    from harness.cards.lint import lint_report
+    from harness.cards.model import load_report
+    from harness.cards.rules import RuleSet, classify_report
+    from harness.chunks import add_chunk_cards
+    from harness.descriptions import DescribeJob, Description, ExperimentError
+    from harness.worker.describe import describe
+
+    report = classify_report(lint_report(load_report()).normalized, RuleSet.from_config(None))
+    job = DescribeJob(experiments={"run": ("experiments.vae_channels_last", "vae_channels_last"),
+                                   "typo": ("experiments.nope", None)},
+                      device="cpu", config={"timing": {"cpu_threads": 1}}, profiler={"name": "auto"},
+                      report=report.to_dict())
+    answer = describe(DescribeJob.from_json(json.loads(json.dumps(job.to_json()))))
+    described = Description.from_json(json.loads(json.dumps(answer.to_json())))  # as it crosses the pipe
+    assert described == answer
+    facts = described.experiment("run")
+    assert facts.name == "vae_channels_last" and facts.baseline_name in facts.variants and facts.applies_to("conv3d")
+    with pytest.raises(ExperimentError, match="experiment module 'experiments.nope' not found"):
+        described.experiment("typo")
+    assert (described.device, described.profiler, described.environment["torch_threads"]) == ("cpu", "cpu", 1)
+    derived = [c.id for c in add_chunk_cards(load_report()).cards if c.op_kind in ("vae_decode", "dit_block")]
+    assert [c["id"] for c in described.chunk_cards] == derived
+    cast = [c for c in report.cards if c.op_kind == "cast"]
+    assert cast and set(described.cast_frames) <= {c.id for c in cast}
+    assert set(described.cast_frames.values()) <= {9, 12}
+    assert set(described.unavailable) <= {c.op_kind for c in report.cards} | {"vae_decode", "dit_block"}
+    assert describe(DescribeJob(device="cuda:7")).device_error == (
+        "device=cuda:7 but torch sees no CUDA device here; use device=auto or device=cpu")

@@ -299,7 +299,7 @@ def test_the_fallback_note_is_in_summary_md() -> None:
     ctx = SimpleNamespace(
         experiment=SimpleNamespace(name="exp", hypothesis="h", variants={"a": None}, check=None),
         environment={"device_name": "NVIDIA H200", "profiler_notes": [note]}, device="cuda",
-        profiler=SimpleNamespace(name="torch_cuda"), not_drawn={}, report=load_report(), cfg={},
+        profiler="torch_cuda", not_drawn={}, report=load_report(), cfg=SimpleNamespace(report_device="H200"),
     )
     text = render_summary(ctx, [], [])  # type: ignore[arg-type]
     assert f"Profiler note: {note}" in text.splitlines()
