@@ -1,6 +1,7 @@
 """Find the report's defects (docs/domain.md section 1) and offer a normalized view that fixes the safe ones.
 
-Unit errors are found by cross-checks that the report carries itself, calibrated on the report:
+Unit errors are found by cross-checks that the report carries itself, calibrated on the report
+(harness.cards.units):
 - a duration: `cycles_elapsed / dur_us` is the SM clock in MHz; the report's median clock is the
   reference, and a duration whose clock is off by a power of 1000 was written in ms (or s);
 - a byte count: `(dram_read_mb + dram_write_mb) / (dur_us * dram_pct / 100)` is the DRAM peak
@@ -31,138 +32,17 @@ from __future__ import annotations
 
 import copy
 import math
-import statistics
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from harness.cards.fields import MEASURED_SOURCES, METRIC_FIELDS, UNRESOLVED
 from harness.cards.findings import REPORT_LEVEL, Correction, Finding
 from harness.cards.kernel_names import damaged_stem, is_merged_name
 from harness.cards.model import Card, Kernel, Report
 from harness.cards.rules import CLASS_TEXT, class_counts, classify_metrics
+from harness.cards.units import SCALE_FACTORS, Calibration, byte_factors, calibrate, duration_factor, number
 
-SCALE_FACTORS = (1.0, 1e3, 1e6)
-CLOCK_TOLERANCE = 2.0  # a clock within 2x of the report's median is plausible (boost vs base)
-BANDWIDTH_PLAUSIBLE = 2.0  # as read, bytes within 2x of what dram_pct implies need no correction
-BANDWIDTH_MATCH = 1.25  # a corrected reading must land within 25% ...
-BANDWIDTH_MARGIN = 1.15  # ... and beat the runner-up by at least 15%
 SUM_TOLERANCE = 0.005  # relative disagreement tolerated between summed_kernel_us and the list
-
-
-
-@dataclass(frozen=True)
-class Calibration:
-    clock_mhz: float | None
-    dram_tb_s: float | None
-
-
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-# ---------------------------------------------------------------------------------------------
-# Calibration from the report itself
-
-
-def _clock(metrics: dict[str, Any]) -> float | None:
-    cycles, dur = _num(metrics.get("cycles_elapsed")), _num(metrics.get("dur_us"))
-    if cycles is None or not dur:
-        return None
-    return cycles / dur
-
-
-def _implied_bandwidth(metrics: dict[str, Any], dur_us: float, read: float, write: float) -> float | None:
-    pct = _num(metrics.get("dram_pct"))
-    if not pct or not dur_us:
-        return None
-    return (read + write) / (dur_us * pct / 100.0)  # MB/us == TB/s
-
-
-def calibrate(cards: Iterable[Card]) -> Calibration:
-    clocks: list[float] = []
-    bandwidths: list[float] = []
-    for card in cards:
-        for kernel in card.kernels:
-            if kernel.metrics is None:
-                continue
-            clock = _clock(kernel.metrics)
-            if clock:
-                clocks.append(clock)
-            read, write = _num(kernel.metrics.get("dram_read_mb")), _num(kernel.metrics.get("dram_write_mb"))
-            dur = _num(kernel.metrics.get("dur_us"))
-            if read is not None and write is not None and dur:
-                bw = _implied_bandwidth(kernel.metrics, dur, read, write)
-                if bw:
-                    bandwidths.append(bw)
-    return Calibration(
-        clock_mhz=statistics.median(clocks) if clocks else None,
-        dram_tb_s=statistics.median(bandwidths) if bandwidths else None,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Per-kernel unit checks
-
-
-def _duration_factor(metrics: dict[str, Any], cal: Calibration) -> tuple[float | None, str]:
-    """(factor, why): 1 when consistent, the unique fixing factor, or None when ambiguous/unknowable."""
-    clock = _clock(metrics)
-    if clock is None or cal.clock_mhz is None:
-        return 1.0, "no clock cross-check possible"
-    fits = [f for f in SCALE_FACTORS if _within(clock / f, cal.clock_mhz, CLOCK_TOLERANCE)]
-    if fits == [1.0]:
-        return 1.0, "clock consistent"
-    if len(fits) == 1:
-        return fits[0], (
-            f"cycles_elapsed/dur_us = {clock:.4g} MHz against the report's {cal.clock_mhz:.0f} MHz; "
-            f"x{fits[0]:g} gives {clock / fits[0]:.0f} MHz"
-        )
-    return None, f"cycles_elapsed/dur_us = {clock:.4g} MHz fits no single unit"
-
-
-def _within(value: float, reference: float, ratio: float) -> bool:
-    return value > 0 and reference > 0 and 1 / ratio <= value / reference <= ratio
-
-
-def _byte_factors(
-    metrics: dict[str, Any], dur_us: float | None, cal: Calibration
-) -> tuple[tuple[float | None, float | None] | None, str]:
-    """Scale factors for (read, write): a factor is None where the cross-check cannot decide."""
-    read, write = _num(metrics.get("dram_read_mb")), _num(metrics.get("dram_write_mb"))
-    if read is None or write is None or not dur_us or cal.dram_tb_s is None:
-        return (1.0, 1.0), "no bandwidth cross-check possible"
-    as_read = _implied_bandwidth(metrics, dur_us, read, write)
-    if as_read is None or (read == 0 and write == 0):
-        return (1.0, 1.0), "no bandwidth cross-check possible"
-    if _within(as_read, cal.dram_tb_s, BANDWIDTH_PLAUSIBLE):
-        return (1.0, 1.0), "bandwidth consistent"
-    candidates = []
-    for fr in SCALE_FACTORS if read else (1.0,):
-        for fw in SCALE_FACTORS if write else (1.0,):
-            if (fr, fw) == (1.0, 1.0):
-                continue
-            bw = _implied_bandwidth(metrics, dur_us, read * fr, write * fw)
-            if bw:
-                candidates.append((abs(math.log(bw / cal.dram_tb_s)), (fr, fw), bw))
-    candidates.sort()
-    found = f"bytes imply {as_read:.4g} TB/s at dram_pct against the report's {cal.dram_tb_s:.2f} TB/s"
-    if candidates and candidates[0][0] <= math.log(BANDWIDTH_MATCH):
-        runner_up = candidates[1][0] if len(candidates) > 1 else math.inf
-        if runner_up - candidates[0][0] >= math.log(BANDWIDTH_MARGIN):
-            _, factors, bw = candidates[0]
-            return factors, f"{found}; read x{factors[0]:g}, write x{factors[1]:g} gives {bw:.2f} TB/s"
-        # Several readings fit: a field on which they all agree is still unambiguous.
-        fitting = [c for c in candidates if c[0] <= math.log(BANDWIDTH_MATCH)]
-
-        def agreed_on(i: int) -> float | None:
-            return fitting[0][1][i] if len({c[1][i] for c in fitting}) == 1 else None
-
-        agreed = (agreed_on(0), agreed_on(1))
-        if any(f not in (None, 1.0) for f in agreed):
-            said = ", ".join(f"{field} " + (f"x{f:g}" if f is not None else "undecided (the readings differ)")
-                             for field, f in zip(("dram_read_mb", "dram_write_mb"), agreed))
-            return agreed, f"{found}; every fitting reading agrees on {said}"
-    return None, f"{found}; no unique fix"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,167 +56,205 @@ class _CardResult:
     corrections: list[Correction]
 
 
+@dataclass
+class _Notes:
+    """What one card's pass found and corrected, in the order found (the lint lines keep that order)."""
+
+    card_id: str
+    findings: list[Finding]
+    corrections: list[Correction]
+
+    def find(self, kernel: str | None, code: str, detail: str, field: str | None = None) -> None:
+        self.findings.append(Finding(self.card_id, kernel, code, detail, field))
+
+    def correct(self, code: str, kernel: Kernel | None, field: str, before: Any, after: Any, reason: str) -> None:
+        self.corrections.append(Correction(kernel.name if kernel else None, field, before, after, reason, code))
+
+
 def _normalize_card(card: Card, cal: Calibration) -> _CardResult:
     out = copy.deepcopy(card)
-    findings: list[Finding] = []
-    corrections: list[Correction] = []
-    cid = card.id
-
-    def find(kernel: str | None, code: str, detail: str, field: str | None = None) -> None:
-        findings.append(Finding(cid, kernel, code, detail, field))
-
-    def correct(code: str, kernel: Kernel | None, field: str, before: Any, after: Any, reason: str) -> None:
-        corrections.append(Correction(kernel.name if kernel else None, field, before, after, reason, code))
-
-    if card.shape_parameters_encoded:
-        find(None, "shape_parameters_encoded", "shape_parameters is a JSON-encoded string, not an object",
-             "shape_parameters")
-        out.shape_parameters_encoded = False
-        correct("shape_parameters_encoded", None, "shape_parameters", "<json string>", "<object>",
-                "decoded the JSON string")
-
-    for name in ("summed_kernel_us", "nominal_mac_flops", "input_sha256"):
-        if name not in card.keys:
-            find(None, "missing_field", f"card has no {name!r}", name)
-        elif getattr(card, name) is None:
-            find(None, "null_field", f"{name} is null", name)
-    if not card.shape_parameters:
-        find(None, "null_field", "shape_parameters is empty: the op's shape was lost", "shape_parameters")
-    if card.primary is None:
-        find(None, "primary_missing", f"card has no primary class (status {card.status!r})", "primary")
-
+    notes = _Notes(card.id, [], [])
+    _card_fields(card, out, notes)
     unknown_durations: list[Kernel] = []
     for index, kernel in enumerate(out.kernels):
-        original = card.kernels[index]
         if kernel.metrics is None:
-            stem = damaged_stem(kernel.name)
-            find(kernel.name, "damaged_entry",
-                 f"metrics, classification and rule lost (name runs into rule text; kernel was {stem!r}); "
-                 "only evidence survives")
-            recovered = _recover(kernel, stem)
-            out.kernels[index] = recovered
-            correct("damaged_entry", recovered, "kernel", kernel.name, stem,
-                    "damaged entry: name cut at the leaked rule text, metrics taken from its evidence, "
-                    "class recomputed from the evidence")
-            unknown_durations.append(recovered)
-            continue
-        if is_merged_name(kernel.name):
-            find(kernel.name, "merged_name",
-                 "function name and parameter type belong to different kernels: entries between them "
-                 "were lost")
-        metrics = kernel.metrics
-        nulls = [f for f in METRIC_FIELDS if f in metrics and metrics[f] is None]
-        # An estimating backend (CPU roofline, torch.profiler trace) cannot know some fields: its
-        # nulls say so by design; only a measured or the report's own kernel should have them all.
-        estimated = kernel.extra.get("metrics_source") not in (None, *MEASURED_SOURCES)
-        if nulls and not estimated:
-            find(kernel.name, "null_metrics", "null: " + ", ".join(nulls))
-        missing = [f for f in METRIC_FIELDS if f not in metrics]
-        if missing:
-            find(kernel.name, "missing_metrics", "absent: " + ", ".join(missing))
-
-        factor, why = _duration_factor(metrics, cal)
-        if factor is None:
-            find(kernel.name, "unit_suspect", why, "dur_us")
-        elif factor != 1.0:
-            find(kernel.name, "unit_scaled", f"dur_us written in a larger unit: {why}", "dur_us")
-            before = metrics["dur_us"]
-            assert before is not None  # a factor other than 1 comes from a numeric dur_us (its clock)
-            metrics["dur_us"] = before * factor
-            correct("unit_scaled", kernel, "dur_us", before, metrics["dur_us"], why)
-        if _num(metrics.get("dur_us")) is None:
+            out.kernels[index] = _damaged(kernel, notes)
+            unknown_durations.append(out.kernels[index])
+        elif _kernel_units(kernel, card.kernels[index], cal, notes):
             unknown_durations.append(kernel)
+    _kernel_sum(card, out, unknown_durations, notes)
+    _dominant(card, out, notes)
+    if notes.corrections:
+        out.extra["normalization"] = [c.as_dict() for c in notes.corrections]
+    return _CardResult(out, notes.findings, notes.corrections)
 
-        factors, why = _byte_factors(metrics, _num(metrics.get("dur_us")), cal)
-        if factors is None:
-            find(kernel.name, "unit_suspect", why, "dram_read_mb")
-        else:
-            for field, f in zip(("dram_read_mb", "dram_write_mb"), factors):
-                if f is None:
-                    find(kernel.name, "unit_suspect", f"{field}: {why}", field)
-                elif f != 1.0:
-                    before = metrics[field]
-                    assert before is not None  # a factor other than 1 comes from numeric bytes
-                    metrics[field] = before * f
-                    find(kernel.name, "unit_scaled", f"{field} written in a larger unit: {why}", field)
-                    correct("unit_scaled", kernel, field, before, metrics[field], why)
 
-        static = _num(metrics.get("smem_static_b"))
-        if static is not None and static != int(static):
-            scaled = static * 1000
-            if abs(scaled - round(scaled)) < 1e-6:
-                why = f"{static:g} is not a whole number of bytes; x1000 gives {round(scaled)} B"
-                find(kernel.name, "unit_scaled", f"smem_static_b written in KB: {why}", "smem_static_b")
-                metrics["smem_static_b"] = float(round(scaled))
-                correct("unit_scaled", kernel, "smem_static_b", static, metrics["smem_static_b"], why)
-            else:
-                find(kernel.name, "unit_suspect", f"smem_static_b {static:g} is not a whole number of bytes",
-                     "smem_static_b")
+def _card_fields(card: Card, out: Card, notes: _Notes) -> None:
+    """The card's own fields: an encoded shape (decoded in `out`), absent or null fields, no primary class."""
+    if card.shape_parameters_encoded:
+        notes.find(None, "shape_parameters_encoded", "shape_parameters is a JSON-encoded string, not an object",
+                   "shape_parameters")
+        out.shape_parameters_encoded = False
+        notes.correct("shape_parameters_encoded", None, "shape_parameters", "<json string>", "<object>",
+                      "decoded the JSON string")
+    for name in ("summed_kernel_us", "nominal_mac_flops", "input_sha256"):
+        if name not in card.keys:
+            notes.find(None, "missing_field", f"card has no {name!r}", name)
+        elif getattr(card, name) is None:
+            notes.find(None, "null_field", f"{name} is null", name)
+    if not card.shape_parameters:
+        notes.find(None, "null_field", "shape_parameters is empty: the op's shape was lost", "shape_parameters")
+    if card.primary is None:
+        notes.find(None, "primary_missing", f"card has no primary class (status {card.status!r})", "primary")
 
-        if original.classification is not None:
-            decision = classify_metrics(original.metrics or {})
-            if decision.classification != original.classification:
-                find(kernel.name, "classification_mismatch",
-                     f"stored {original.classification}, the rules give {decision.classification}")
 
-    listed = sum(_num(k.metric("dur_us")) or 0.0 for k in out.kernels)
-    if card.summed_kernel_us is not None:
-        total = float(card.summed_kernel_us)
-        if len(unknown_durations) == 1 and total > listed:
-            kernel = unknown_durations[0]
-            inferred = total - listed
-            assert kernel.metrics is not None
-            kernel.metrics["dur_us"] = inferred
-            kernel.extra["dur_us_inferred"] = True
-            correct("dur_us_inferred", kernel, "dur_us", None, inferred,
-                    "inferred as summed_kernel_us minus the other listed kernels (may include lost kernels)")
-            listed = total
-        if not math.isclose(listed, total, rel_tol=SUM_TOLERANCE, abs_tol=0.01):
-            ratio = total / listed if listed else math.inf
-            sum_factor = next((f for f in SCALE_FACTORS[1:] if math.isclose(ratio, 1 / f, rel_tol=SUM_TOLERANCE)), None)
-            if sum_factor:
-                why = f"summed_kernel_us {total:g} is 1/{sum_factor:g} of the listed sum {listed:g}"
-                find(None, "unit_scaled", why, "summed_kernel_us")
-                out.summed_kernel_us = listed
-                correct("unit_scaled", None, "summed_kernel_us", total, listed, why)
-            else:
-                find(None, "sum_mismatch",
-                     f"summed_kernel_us {total:g} us, listed kernels sum to {listed:g} us "
-                     f"({total - listed:+.4g} us unaccounted)", "summed_kernel_us")
+def _damaged(kernel: Kernel, notes: _Notes) -> Kernel:
+    """A kernel entry whose metrics a `<...>` cut ate: recovered from its evidence (its duration unknown)."""
+    stem = damaged_stem(kernel.name)
+    notes.find(kernel.name, "damaged_entry",
+               f"metrics, classification and rule lost (name runs into rule text; kernel was {stem!r}); "
+               "only evidence survives")
+    recovered = _recover(kernel, stem)
+    notes.correct("damaged_entry", recovered, "kernel", kernel.name, stem,
+                  "damaged entry: name cut at the leaked rule text, metrics taken from its evidence, "
+                  "class recomputed from the evidence")
+    return recovered
 
+
+def _kernel_units(kernel: Kernel, original: Kernel, cal: Calibration, notes: _Notes) -> bool:
+    """One intact kernel's findings, its values written in a larger unit corrected in place; whether its
+    duration is still unknown."""
+    if is_merged_name(kernel.name):
+        notes.find(kernel.name, "merged_name",
+                   "function name and parameter type belong to different kernels: entries between them were lost")
+    metrics = kernel.metrics
+    assert metrics is not None  # a kernel without metrics is a damaged entry (_damaged)
+    nulls = [f for f in METRIC_FIELDS if f in metrics and metrics[f] is None]
+    # An estimating backend (CPU roofline, torch.profiler trace) cannot know some fields: its
+    # nulls say so by design; only a measured or the report's own kernel should have them all.
+    estimated = kernel.extra.get("metrics_source") not in (None, *MEASURED_SOURCES)
+    if nulls and not estimated:
+        notes.find(kernel.name, "null_metrics", "null: " + ", ".join(nulls))
+    missing = [f for f in METRIC_FIELDS if f not in metrics]
+    if missing:
+        notes.find(kernel.name, "missing_metrics", "absent: " + ", ".join(missing))
+    _duration_unit(kernel, metrics, cal, notes)
+    unknown = number(metrics.get("dur_us")) is None
+    _byte_units(kernel, metrics, cal, notes)
+    _static_smem_unit(kernel, metrics, notes)
+    if original.classification is not None:
+        decision = classify_metrics(original.metrics or {})
+        if decision.classification != original.classification:
+            notes.find(kernel.name, "classification_mismatch",
+                       f"stored {original.classification}, the rules give {decision.classification}")
+    return unknown
+
+
+def _duration_unit(kernel: Kernel, metrics: dict[str, Any], cal: Calibration, notes: _Notes) -> None:
+    factor, why = duration_factor(metrics, cal)
+    if factor is None:
+        notes.find(kernel.name, "unit_suspect", why, "dur_us")
+    elif factor != 1.0:
+        notes.find(kernel.name, "unit_scaled", f"dur_us written in a larger unit: {why}", "dur_us")
+        before = metrics["dur_us"]
+        assert before is not None  # a factor other than 1 comes from a numeric dur_us (its clock)
+        metrics["dur_us"] = before * factor
+        notes.correct("unit_scaled", kernel, "dur_us", before, metrics["dur_us"], why)
+
+
+def _byte_units(kernel: Kernel, metrics: dict[str, Any], cal: Calibration, notes: _Notes) -> None:
+    factors, why = byte_factors(metrics, number(metrics.get("dur_us")), cal)
+    if factors is None:
+        notes.find(kernel.name, "unit_suspect", why, "dram_read_mb")
+        return
+    for field, f in zip(("dram_read_mb", "dram_write_mb"), factors):
+        if f is None:
+            notes.find(kernel.name, "unit_suspect", f"{field}: {why}", field)
+        elif f != 1.0:
+            before = metrics[field]
+            assert before is not None  # a factor other than 1 comes from numeric bytes
+            metrics[field] = before * f
+            notes.find(kernel.name, "unit_scaled", f"{field} written in a larger unit: {why}", field)
+            notes.correct("unit_scaled", kernel, field, before, metrics[field], why)
+
+
+def _static_smem_unit(kernel: Kernel, metrics: dict[str, Any], notes: _Notes) -> None:
+    static = number(metrics.get("smem_static_b"))
+    if static is None or static == int(static):
+        return
+    scaled = static * 1000
+    if abs(scaled - round(scaled)) < 1e-6:
+        why = f"{static:g} is not a whole number of bytes; x1000 gives {round(scaled)} B"
+        notes.find(kernel.name, "unit_scaled", f"smem_static_b written in KB: {why}", "smem_static_b")
+        metrics["smem_static_b"] = float(round(scaled))
+        notes.correct("unit_scaled", kernel, "smem_static_b", static, metrics["smem_static_b"], why)
+    else:
+        notes.find(kernel.name, "unit_suspect", f"smem_static_b {static:g} is not a whole number of bytes",
+                   "smem_static_b")
+
+
+def _kernel_sum(card: Card, out: Card, unknown_durations: list[Kernel], notes: _Notes) -> None:
+    """summed_kernel_us against the listed kernels: one unknown duration inferred from it, a sum in another
+    unit corrected, any other difference a sum_mismatch."""
+    listed = sum(number(k.metric("dur_us")) or 0.0 for k in out.kernels)
+    if card.summed_kernel_us is None:
+        return
+    total = float(card.summed_kernel_us)
+    if len(unknown_durations) == 1 and total > listed:
+        kernel = unknown_durations[0]
+        inferred = total - listed
+        assert kernel.metrics is not None
+        kernel.metrics["dur_us"] = inferred
+        kernel.extra["dur_us_inferred"] = True
+        notes.correct("dur_us_inferred", kernel, "dur_us", None, inferred,
+                      "inferred as summed_kernel_us minus the other listed kernels (may include lost kernels)")
+        listed = total
+    if math.isclose(listed, total, rel_tol=SUM_TOLERANCE, abs_tol=0.01):
+        return
+    ratio = total / listed if listed else math.inf
+    sum_factor = next((f for f in SCALE_FACTORS[1:] if math.isclose(ratio, 1 / f, rel_tol=SUM_TOLERANCE)), None)
+    if sum_factor:
+        why = f"summed_kernel_us {total:g} is 1/{sum_factor:g} of the listed sum {listed:g}"
+        notes.find(None, "unit_scaled", why, "summed_kernel_us")
+        out.summed_kernel_us = listed
+        notes.correct("unit_scaled", None, "summed_kernel_us", total, listed, why)
+    else:
+        notes.find(None, "sum_mismatch",
+                   f"summed_kernel_us {total:g} us, listed kernels sum to {listed:g} us "
+                   f"({total - listed:+.4g} us unaccounted)", "summed_kernel_us")
+
+
+def _dominant(card: Card, out: Card, notes: _Notes) -> None:
+    """The stored dominant kernel: listed at all, and the longest one."""
     names = {k.name for k in card.kernels}
     if card.dominant_kernel is not None and card.dominant_kernel not in names:
-        find(None, "dominant_missing",
-             f"dominant kernel {card.dominant_kernel[:80]!r} is not in the kernel list (list truncated)",
-             "dominant_kernel")
-    elif card.dominant_kernel is not None:
-        longest = max(
-            (k for k in out.kernels if k.metric("dur_us") is not None),
-            key=lambda k: k.metric("dur_us") or 0.0,
-            default=None,
-        )
-        def known_as(kernel: Kernel) -> str:
-            return kernel.extra.get("recovered_from", kernel.name)
+        notes.find(None, "dominant_missing",
+                   f"dominant kernel {card.dominant_kernel[:80]!r} is not in the kernel list (list truncated)",
+                   "dominant_kernel")
+        return
+    if card.dominant_kernel is None:
+        return
+    longest = max((k for k in out.kernels if k.metric("dur_us") is not None),
+                  key=lambda k: k.metric("dur_us") or 0.0, default=None)
 
-        if longest is not None and known_as(longest) != card.dominant_kernel and not any(
-            known_as(k) == card.dominant_kernel and k.metric("dur_us") == longest.metric("dur_us")
-            for k in out.kernels
-        ):
-            find(None, "dominant_mismatch",
-                 f"stored dominant {card.dominant_kernel[:60]!r} is not the longest kernel "
-                 f"({longest.name[:60]!r})", "dominant_kernel")
+    def known_as(kernel: Kernel) -> str:
+        return kernel.extra.get("recovered_from", kernel.name)
 
-    if corrections:
-        out.extra["normalization"] = [c.as_dict() for c in corrections]
-    return _CardResult(out, findings, corrections)
+    if longest is not None and known_as(longest) != card.dominant_kernel and not any(
+        known_as(k) == card.dominant_kernel and k.metric("dur_us") == longest.metric("dur_us")
+        for k in out.kernels
+    ):
+        notes.find(None, "dominant_mismatch",
+                   f"stored dominant {card.dominant_kernel[:60]!r} is not the longest kernel "
+                   f"({longest.name[:60]!r})", "dominant_kernel")
 
 
 def _recover(kernel: Kernel, stem: str) -> Kernel:
     evidence = dict(kernel.evidence or {})
     metrics: dict[str, Any] = {name: None for name in METRIC_FIELDS}
     for key in ("sm_pct", "tensor_pct", "dram_pct", "l2_pct", "warps_active_pct", "waves"):
-        metrics[key] = _num(evidence.get(key))
-    ratio = _num(evidence.get("sm_active_over_elapsed"))
+        metrics[key] = number(evidence.get(key))
+    ratio = number(evidence.get("sm_active_over_elapsed"))
     decision = classify_metrics({**metrics, "sm_active_over_elapsed": ratio})
     tail_matches = [
         name for name, text in CLASS_TEXT.items() if kernel.name.endswith(text.rule[-20:])
