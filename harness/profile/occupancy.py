@@ -185,6 +185,32 @@ def _carveout(limits: SmLimits, needed: int, requested: int | None) -> int:
     return next((s for s in steps if s >= target), limits.smem_per_sm)
 
 
+def _register_limit(limits: SmLimits, regs_per_thread: int, warps_per_block: int) -> tuple[int | None, int]:
+    """(blocks per SM the registers allow, None when they do not bind; registers per block): allocated per
+    warp, placed per sub-partition."""
+    regs_per_warp = _round_up(regs_per_thread * limits.warp_size, REG_ALLOC_UNIT)
+    regs_per_block = regs_per_warp * warps_per_block
+    # The hardware launch check assumes the block spans all sub-partitions.
+    regs_checked = regs_per_warp * _round_up(warps_per_block, REG_SUBPARTITIONS)
+    if regs_per_thread > MAX_REGS_PER_THREAD or max(regs_checked, regs_per_block) > limits.max_regs_per_block:
+        return 0, regs_per_block
+    if regs_per_warp == 0:
+        return None, regs_per_block
+    warps_per_subpartition = (limits.regs_per_sm // REG_SUBPARTITIONS) // regs_per_warp
+    return warps_per_subpartition * REG_SUBPARTITIONS // warps_per_block, regs_per_block
+
+
+def _smem_limit(limits: SmLimits, smem_used: int, smem_carveout_b: int | None) -> tuple[int | None, int]:
+    """(blocks per SM the shared memory allows, None when it does not bind; shared memory per block,
+    allocated in the architecture's units, the block's reserved share included)."""
+    smem_per_block = _round_up(smem_used, limits.smem_alloc_unit)
+    if smem_per_block > limits.smem_per_block_optin + limits.smem_reserved_per_block:
+        return 0, smem_per_block
+    if smem_per_block == 0:
+        return None, smem_per_block
+    return _carveout(limits, smem_per_block, smem_carveout_b) // smem_per_block, smem_per_block
+
+
 def occupancy(
     limits: SmLimits,
     block_threads: int,
@@ -214,30 +240,9 @@ def occupancy(
     else:
         limit_warps = limits.max_warps_per_sm // warps_per_block
 
-    # Registers: allocated per warp, placed per sub-partition.
-    regs_per_warp = _round_up(regs_per_thread * limits.warp_size, REG_ALLOC_UNIT)
-    regs_per_block = regs_per_warp * warps_per_block
-    # The hardware launch check assumes the block spans all sub-partitions.
-    regs_checked = regs_per_warp * _round_up(warps_per_block, REG_SUBPARTITIONS)
-    limit_regs: int | None
-    if regs_per_thread > MAX_REGS_PER_THREAD or max(regs_checked, regs_per_block) > limits.max_regs_per_block:
-        limit_regs = 0
-    elif regs_per_warp == 0:
-        limit_regs = None
-    else:
-        warps_per_subpartition = (limits.regs_per_sm // REG_SUBPARTITIONS) // regs_per_warp
-        limit_regs = warps_per_subpartition * REG_SUBPARTITIONS // warps_per_block
-
-    # Shared memory.
+    limit_regs, regs_per_block = _register_limit(limits, regs_per_thread, warps_per_block)
     smem_used = smem_static_b + smem_dynamic_b + limits.smem_reserved_per_block
-    smem_per_block = _round_up(smem_used, limits.smem_alloc_unit)
-    limit_smem: int | None
-    if smem_per_block > limits.smem_per_block_optin + limits.smem_reserved_per_block:
-        limit_smem = 0
-    elif smem_per_block == 0:
-        limit_smem = None
-    else:
-        limit_smem = _carveout(limits, smem_per_block, smem_carveout_b) // smem_per_block
+    limit_smem, smem_per_block = _smem_limit(limits, smem_used, smem_carveout_b)
 
     limit_blocks = limits.max_blocks_per_sm
 
