@@ -15,7 +15,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness import torch_state
+from harness import torch_settings, torch_state
 from harness.torch_state import PINNED, StateNotRestored, changed, isolated, pinned, snapshot
 
 # Objects a case must keep alive past its block (a leaked inference-mode guard undoes itself when freed).
@@ -326,4 +326,4 @@ def test_a_side_stream_left_current_is_restored():
 @pytest.mark.gpu
 def test_the_default_stream_id_is_what_a_block_that_initializes_cuda_is_compared_with():
     torch.cuda.init()
-    assert snapshot()["cuda.current_stream"] == torch_state._stream_value(torch.cuda.default_stream(0))
+    assert snapshot()["cuda.current_stream"] == torch_settings.stream_value(torch.cuda.default_stream(0))
