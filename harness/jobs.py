@@ -1,7 +1,7 @@
 """What crosses the worker boundary: the job a trial is, what it came to, and one table of outcomes.
 
 The run (harness.card_search) sends one `TrialJob` per request as a JSON line; the worker child
-(harness.worker.server) and the ncu child (harness.profile.ncu_child) rebuild the trial from it alone:
+(harness.worker.handlers) and the ncu child (harness.profile.ncu_child) rebuild the trial from it alone:
 it carries the card itself, as the run has it (a chunk card derived from the report, a round-2 card from
 best.json), so no child re-reads or re-lints the report. The child answers with one `TrialResult`.
 Before it measures, the run asks the same child what it needs of the torch side (`JobKind.DESCRIBE`: the

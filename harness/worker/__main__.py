@@ -16,8 +16,9 @@ from typing import Any
 from harness.descriptions import DescribeJob, Description
 from harness.jobs import JobKind, TrialJob, TrialResult, TrialStatus
 from harness.worker.describe import describe
+from harness.worker.handlers import answer
 from harness.worker.protocol import ENV_CPU_THREADS, ENV_LOG, ENV_MEMORY_LIMIT, ENV_PARENT, one_line
-from harness.worker.server import Server, answer
+from harness.worker.server import Server
 
 
 def _send(fd: int, obj: Any) -> None:

@@ -1,4 +1,4 @@
-"""What the run (harness.worker.client) and its worker child (harness.worker.server) agree on: the
+"""What the run (harness.worker.client) and its worker child (harness.worker.handlers) agree on: the
 environment the child reads, the errors, and how a failure is put in one line. The messages
 themselves are harness.jobs.TrialJob and TrialResult."""
 
