@@ -5,8 +5,7 @@ tensor-core peak; on cuDNN 9.8 to 9.14 some bf16 conv3d shapes fall off cuDNN on
 (vol2col / slow_conv_dilated3d kernels), which the re-profile's kernel names would show.
 
 A captured model's conv2d cards get the same variant: its memory_format `channels_last_3d` is then the 4-D
-torch.channels_last. It carries the dtype to a later round, not that layout (harness.rounds carries
-channels_last_3d only).
+torch.channels_last, and that is what it carries.
 """
 
 from __future__ import annotations
@@ -87,8 +86,7 @@ def low_precision(w: Workload, dtype: str = "bfloat16", memory_format: str = "as
     """bf16 or fp16 inputs, weight and bias, in a memory format: held to that dtype's rounding."""
     layout = {} if memory_format == "as_given" else {"memory_format": memory_format}
     planar = w.op_kind == "conv2d"
-    # harness.rounds carries channels_last_3d, not the 4-D channels_last a conv2d's "channels_last_3d" is here
-    carried = {} if planar and memory_format == "channels_last_3d" else layout
+    carried = {"memory_format": "channels_last"} if planar and memory_format == "channels_last_3d" else layout
     carries = {name: {"dtype": dtype, **(carried if name != "bias" else {})} for name in ("input", "weight", "bias")}
     owner, whose = ("model", "the model's") if planar else ("vae.decoder", "the decoder's")
     recipe = (f"{owner}.to(torch.{dtype})  # weights and biases\n"

@@ -5,9 +5,8 @@ reorders likewise (visible as copy/reorder ops). Keeping input, weight and outpu
 through the op should remove them and the bytes they move.
 
 A captured model's conv2d cards get the same variants in the 4-D format, torch.channels_last (NHWC): the
-variant names stay the conv3d's, so one space serves both. They carry nothing to a later round:
-harness.rounds carries channels_last_3d only, so a 4-D channels_last carry could not be rebuilt there;
-round 2 re-prepares the adopted variant itself, layout included.
+variant names stay the conv3d's, so one space serves both, and what they carry to a later round (and to the
+whole model, `harness.capture --apply`) is that 4-D format.
 """
 
 from __future__ import annotations
@@ -72,7 +71,8 @@ def _kept(w: Workload, input_format: str, weight_format: str) -> Prepared:
     formats = {"input": input_format, "weight": weight_format}
     changed = [name for name, fmt in formats.items() if fmt == "channels_last_3d"]
     planar = w.op_kind == "conv2d"
-    carries = {} if planar else {name: {"memory_format": "channels_last_3d"} for name in changed}
+    carried = "channels_last" if planar else "channels_last_3d"
+    carries = {name: {"memory_format": carried} for name in changed}
     return Prepared(_conv(w, *_formats(w, input_format, weight_format)), carries=carries,
                     recipe="\n".join(_TO_MODEL[4 if planar else 5][name] for name in changed))
 

@@ -18,17 +18,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable, Mapping, Sequence
 
-import torch
-
 from harness.applied import APPLIED_KEY, RoundError, adopted_by_card, applied_entry, applied_of, label_text
-from harness.workloads.base import Workload, WorkloadError, parse_dtype, parse_layout
+from harness.workloads.base import MEMORY_FORMATS, Workload, WorkloadError, parse_dtype, parse_layout
 
 __all__ = ["APPLIED_KEY", "CARRY_KINDS", "RoundError", "adopted_by_card", "applied_entry", "applied_of", "carry",
            "check_carries", "label_text", "round_baseline"]
 
 # What a variant may carry for an input: how later variants find it.
 CARRY_KINDS = ("memory_format", "dtype")
-_FORMATS = {"contiguous": torch.contiguous_format, "channels_last_3d": torch.channels_last_3d}
 
 
 def check_carries(carries: Mapping[str, Mapping[str, str]]) -> None:
@@ -60,10 +57,11 @@ def carry(workload: Workload, applied: Iterable[Mapping[str, Any]]) -> Workload:
                 tensor = tensor.to(parse_dtype(change["dtype"]))  # keeps the memory format
                 dtype = tensor.dtype if name in ("input", "x") else dtype
             if "memory_format" in change:
-                fmt = parse_layout(change["memory_format"])
-                if fmt == "channels_last_3d" and tensor.dim() != 5:
-                    raise WorkloadError(f"carries[{name!r}]: channels_last_3d needs a 5-d tensor, got {tensor.dim()}-d")
-                tensor = tensor.contiguous(memory_format=_FORMATS[fmt])
+                fmt = parse_layout(change["memory_format"], dims=tensor.dim())  # channels_last: 4-D's own
+                needs = {"channels_last_3d": 5, "channels_last": 4}.get(fmt)
+                if needs is not None and tensor.dim() != needs:
+                    raise WorkloadError(f"carries[{name!r}]: {fmt} needs a {needs}-d tensor, got {tensor.dim()}-d")
+                tensor = tensor.contiguous(memory_format=MEMORY_FORMATS[fmt])
                 layout = fmt if name in ("input", "x") else layout
             inputs[name] = tensor
     return dataclasses.replace(workload, inputs=inputs, layout=layout, dtype=dtype)

@@ -23,6 +23,7 @@ from harness.cards.fields import COMPUTE_BOUND
 from harness.cards.model import Card, load_report
 from harness.correctness import Rule, Standard, judge_baseline
 from harness.experiment import VariantSkipped, load_experiment
+from harness.rounds import carry
 from harness.workloads import OP_KINDS, Workload, build_workload
 from tests.workloads.test_replay import GROUP_NORM
 
@@ -50,9 +51,13 @@ def test_channels_last_variants_take_the_4d_format_on_a_conv2d(variant):
     assert standard.judge(out, reference).feasible
     assert out.is_contiguous(memory_format=torch.channels_last)  # a channels_last input or weight makes it NHWC
     assert "torch.channels_last)" in str(prepared.recipe) and "channels_last_3d" not in str(prepared.recipe)
-    assert prepared.carries == {}  # harness.rounds carries channels_last_3d only
+    assert prepared.carries and all(c == {"memory_format": "channels_last"} for c in prepared.carries.values())
+    # A later round rebuilds the 4-D layout on the card's own workload (harness.rounds.carry).
+    carried = carry(w, [{"carries": prepared.carries}])
+    assert all(carried.inputs[name].is_contiguous(memory_format=torch.channels_last) for name in prepared.carries)
     conv3d = build_workload("conv3d", {"input": [1, 4, 3, 8, 8], "weight": [4, 4, 1, 3, 3]})
-    assert vae_channels_last.EXPERIMENT.prepare(variant, conv3d, {}).carries  # a conv3d's are as before
+    assert all(c == {"memory_format": "channels_last_3d"}
+               for c in vae_channels_last.EXPERIMENT.prepare(variant, conv3d, {}).carries.values())
 
 
 def test_bf16_on_a_conv2d(monkeypatch):
@@ -68,7 +73,7 @@ def test_bf16_on_a_conv2d(monkeypatch):
     standard, reference = _standard(w, "vae_bf16")
     assert out.dtype == torch.bfloat16 and out.is_contiguous(memory_format=torch.channels_last)
     assert standard.judge(out, reference, precision="bfloat16").feasible
-    assert prepared.carries["input"] == {"dtype": "bfloat16"}  # the dtype carries, the 4-D layout cannot
+    assert prepared.carries["input"] == {"dtype": "bfloat16", "memory_format": "channels_last"}
     assert "model.to(torch.bfloat16)" in str(prepared.recipe) and "torch.channels_last)" in str(prepared.recipe)
     with pytest.raises(VariantSkipped, match="fp16 conv2d has no fast CPU kernel"):
         vae_bf16.low_precision(w, dtype="float16")
