@@ -47,6 +47,22 @@ def _run_without_torch(run_dir: Path, *overrides: str) -> subprocess.CompletedPr
                           cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
+# The run's side (ARCHITECTURE: the process boundary is the spine): every module the app's process imports.
+PARENT_MODULES = ("harness.__main__", "harness.run", "harness.auto", "harness.card_search", "harness.run_state",
+                  "harness.outputs", "harness.provenance", "harness.stopping", "harness.multirun", "harness.selection",
+                  "harness.recipe", "harness.overview", "harness.descriptions", "harness.chunk_breakdown",
+                  "harness.applied", "harness.config_schema", "harness.validate", "harness.search",
+                  "harness.worker.client", "harness.report.html")
+
+
+def test_the_run_side_modules_import_without_torch():
+    script = REFUSE_TORCH.split("sys.argv")[0] + f"import importlib\nfor name in {PARENT_MODULES!r}:\n" \
+        "    importlib.import_module(name)\nprint('torch' in sys.modules)\n"
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "torch refused" not in done.stderr, done.stderr[-3000:]
+    assert done.stdout.strip() == "False"
+
+
 @pytest.mark.slow
 def test_the_default_experiment_runs_with_torch_refused_to_the_parent(tmp_path):
     started = time.monotonic()
