@@ -22,6 +22,7 @@ from harness.applied import (
     adopted_by_card,
     applied_entry,
     applied_of,
+    built_dtype,
     label_text,
 )
 from harness.cards.ids import CHUNK_OP_KINDS
@@ -268,7 +269,7 @@ def _confirm_best(ctx: RunContext, session: CardSession, outcome: CardOutcome, b
         outcome.tried = load_report(trials_dir / "tried.json").cards[0]
     _confirmed(outcome.tried, outcome.baseline, reply, outcome.confirmation)
     if outcome.adopted:  # what the next round's baseline is built from (harness.applied)
-        built_in = applied[0].get("workload_dtype") if applied else ctx.experiment.workload_dtype
+        built_in = built_dtype(outcome.baseline.shape_parameters, applied, ctx.experiment.workload_dtype)
         outcome.tried.extra[APPLIED_KEY] = [*applied, applied_entry(
             experiment=ctx.experiment.name, module=ctx.experiment.module, variant=tried_variant,
             params=outcome.tried_params, facts=outcome.tried.extra.get("variant") or {},

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from harness.applied import built_dtype
 from harness.cards.model import Card
 from harness.experiment import Experiment, Prepared, load_experiment
 from harness.jobs import TrialJob
@@ -29,10 +30,10 @@ def build_trial_workload(spec: TrialJob, card: Card, experiment: Experiment) -> 
     later round is prepared on the first, every variant on the second. "As built" includes the
     experiment's `workload` hook (Experiment.measured_workload), so worker and ncu child measure the same."""
     applied = spec.applied
-    dtype = applied[0].get("workload_dtype") if applied else None  # the dtype round 1 built it in
+    dtype = built_dtype(card.shape_parameters, applied, experiment.workload_dtype)
     # The run put a cast card's frame count, which only the report's pair of cast cards tells, into spec.cast.
     workload = build_for_card(
-        card, device=spec.device, dtype=dtype or experiment.workload_dtype, scale=spec.scale, seed=spec.seed,
+        card, device=spec.device, dtype=dtype, scale=spec.scale, seed=spec.seed,
         inputs_dir=spec.inputs_dir, attention=AttentionConfig(**spec.attention), cast=CastConfig(**spec.cast),
     )
     workload = experiment.measured_workload(replace(workload, adopted=spec.adopted))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,16 @@ def test_ncu_trial_folders_are_named_by_card_role_variant_and_params(tmp_path: P
     assert first.parent == second.parent == tmp_path / CONV
     assert re.fullmatch(r"000_trial_triton_conv_[0-9a-f]{8}", first.name)  # params by their hash
     assert second.name == "001_baseline_ncdhw"
+
+
+def test_a_captured_card_is_built_in_the_dtype_it_was_captured_in():
+    """harness.capture writes input_dtype: the model's own op, whatever dtype the experiment builds others in."""
+    card = load_report().card("dit-480-linear-m3n5120k256-ff7b7c")
+    card.shape_parameters = {**card.shape_parameters, "input_dtype": "float64"}
+    reprofile = load_experiment("experiments.reprofile")  # builds in float32
+    spec = TrialJob(card=card.to_dict(), experiment_module="experiments.reprofile", device="cpu", scale=0.05)
+    workload, _ = build_trial_workload(spec, spec.load_card(), reprofile)
+    assert reprofile.workload_dtype == "float32" and str(workload.dtype) == "torch.float64"
+    adopted = [{"experiment": "e", "module": "m", "variant": "v", "workload_dtype": "bfloat16"}]
+    later, _ = build_trial_workload(replace(spec, applied=adopted), spec.load_card(), reprofile)
+    assert str(later.dtype) == "torch.bfloat16"  # round 2 starts from round 1's inputs
