@@ -138,6 +138,9 @@ AUTO_CARDS = [
     "dit-480-linear-m1170n5120k5120-b9770e",  # dit_gemm_tiles: cuBLASLt, Triton tiles
     "output-480-cast-f18982",  # output_cast: Triton vectorized kernel; stall_breakdown
 ]
+# A model outside the package, captured (python -m harness.capture): its CAPTURE_TOP hottest groups re-profiled.
+CAPTURE_MODEL = "examples.capture_model:make"
+CAPTURE_TOP = 3
 TRANSPOSE = re.compile(r"nchwToNhwc|nhwcToNchw")
 # Files other engineers' steps run; each step is skipped, saying so, while its file is missing.
 SIDE_STREAM_SCRIPT = REPO / "scripts" / "gpu_side_stream_check.py"
@@ -1348,6 +1351,34 @@ def step_chunk_trace(check: Check, step: Step, timeout: float) -> Outcome:
     return Outcome(status, "; ".join(parts), numbers)
 
 
+def step_capture(check: Check, step: Step, timeout: float) -> Outcome:
+    """examples/capture_model.py captured: its hot groups replayed on their captured inputs and re-profiled
+    (ncu where it profiles, else the CUDA trace; the CPU profiler in the CPU form): coverage and classes."""
+    out = check.work / "runs" / "capture"
+    check.step_dirs.append(out / "reprofile")
+    argv = [check.python, "-m", "harness.capture", CAPTURE_MODEL, "--out", str(out), "--top", str(CAPTURE_TOP)]
+    if check.device_form:
+        profiler = "ncu" if check.ncu and check.ncu_ok else "torch_cuda"
+        argv += ["--device", "cuda", "--profiler", profiler]
+        if profiler == "ncu":
+            argv += [f"--override={o}" for o in check.ncu_overrides(step, "capture", timeout) if o != "profiler=ncu"]
+    else:
+        argv += ["--device", "cpu", "--profiler", "cpu", "--override=timing.cpu_threads=1"]
+    proc = check.run(argv, timeout, log=check.work / "logs" / f"{step.name}.log")
+    _ok_or_fail(proc, "harness.capture")
+    report = _read_json(out / "report.json") or {}
+    record = report.get("capture") or {}
+    classes = {card.get("group", "?"): card.get("primary") for card in report.get("cards") or []}
+    sources = sorted({str(card.get("metrics_source")) for card in report.get("cards") or []})
+    numbers = {"groups": record.get("groups"), "cards": record.get("cards"), "classes": classes,
+               "cards_share_of_forward": record.get("cards_share_of_forward"), "metrics_source": sources,
+               "unprofiled": record.get("unprofiled"), "forward_us": record.get("forward_us")}
+    share = record.get("cards_share_of_forward")
+    return Outcome("ok", f"{record.get('cards')} of {record.get('groups')} groups as cards, "
+                         f"{share:.0%} of the forward; metrics {', '.join(sources)}" if share is not None
+                   else "no capture record", numbers)
+
+
 def step_auto_trace(check: Check, step: Step, timeout: float) -> Outcome:
     overrides = ["experiment=auto", f"cards=[{','.join(AUTO_CARDS)}]", "search.n_trials=2"]
     if check.device_form:
@@ -1439,6 +1470,10 @@ STEPS = [
          ("cuda", "harness"), step_plants, f"the planted mistakes on CUDA ({PLANTS_DEVICE_VAR}=cuda)", plants_unmet),
     Step("ncu_cost", Work(ncu_trials=2, ncu_cold=1, other_s=5, other=f"{_rel(COST_SCRIPT)}: torch, the card"), 30,
          ("cuda", "ncu", "harness"), step_ncu_cost, "one ncu trial's phases, cold and started ahead"),
+    # The capture's own process (torch, the model, its forwards) counts as one start, its re-profile run as another.
+    Step("capture", Work(starts=2, ncu_trials=CAPTURE_TOP, ncu_cold=1, other_s=5,
+                         other="the example model's forwards"), 20, ("cuda", "harness"), step_capture,
+         "a model captured: its hot ops replayed and re-profiled (ncu)"),
     Step("conv_kernels_ncu", Work(starts=1, ncu_trials=2, confirms=1, other_s=5, other="a Triton compile"), 55,
          ("cuda", "ncu", "harness"), step_conv_kernels_ncu,
          "vae_conv_kernels under ncu: cuDNN's kernels, a Triton tile"),

@@ -185,7 +185,14 @@ def test_every_step_has_a_device_command_and_the_plan_fits_the_deadline(tmp_path
     (reproduction,) = harness["reproduction"]
     assert "profiler=torch_cuda" in reproduction and STEPS["reproduction"].work.trace_trials == len(gc.REPRODUCTION)
     assert len(harness["chunk_trace"]) == STEPS["chunk_trace"].work.starts == 2
-    assert all(STEPS[name].work.starts == len(runs) for name, runs in harness.items() if name != "gpu_tests")
+    assert all(STEPS[name].work.starts == len(runs) for name, runs in harness.items()
+               if name not in ("gpu_tests", "capture"))
+    # The capture: its own process, which starts the re-profile run under ncu (its Hydra overrides passed on).
+    (capture, _), = commands["capture"]
+    assert capture[1:4] == ["-m", "harness.capture", gc.CAPTURE_MODEL] and STEPS["capture"].work.starts == 2
+    assert capture[capture.index("--profiler") + 1] == "ncu" and capture[capture.index("--device") + 1] == "cuda"
+    assert int(capture[capture.index("--top") + 1]) == STEPS["capture"].work.ncu_trials
+    assert any(a.startswith("--override=profiler.keep_dir=") for a in capture)
     (pytest_argv, pytest_env), = commands["gpu_tests"]
     assert pytest_argv[pytest_argv.index("-m", 3) + 1] == "gpu or ncu"
     assert "tests/app/test_gpu_paths.py::test_ncu_backend_reprofiles_every_op_kind" in pytest_argv

@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stage-map", default="", help="CHILD=STAGE,...: stage names for top-level children")
     parser.add_argument("--repeats", type=_positive, default=3, help="plain forwards timed for the forward time")
     parser.add_argument("--no-profile", action="store_true", help="write the cards without replaying them")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Hydra override for the re-profile run (repeatable): profiler.keep_dir=DIR, "
+                             "timing.budget_s=0.2, ...")
     parser.add_argument("--apply", type=Path, metavar="BEST_JSON",
                         help="apply what a run on this capture adopted to the whole model and time the forward "
                              "before/after (writes DIR/applied.json)")
@@ -129,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
         raise CaptureError(f"{args.out} already holds a capture: give another --out")
     options = CaptureOptions(spec=args.factory, out=args.out, device=args.device, dtype=args.dtype, top=args.top,
                              profiler=args.profiler, resolution=args.resolution, stage=args.stage,
-                             stage_map=_stage_map(args.stage_map), repeats=args.repeats, profile=not args.no_profile)
+                             stage_map=_stage_map(args.stage_map), repeats=args.repeats, profile=not args.no_profile,
+                             overrides=list(args.override))
     result = capture(options)
     table = summary_table(result)
     write_text_atomic(args.out / "capture.md", table)

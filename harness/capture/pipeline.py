@@ -38,6 +38,7 @@ class CaptureOptions:
     stage_map: dict[str, str] = field(default_factory=dict)  # top-level child -> stage
     repeats: int = 3  # plain forwards timed for the forward's time
     profile: bool = True
+    overrides: list[str] = field(default_factory=list)  # the re-profile run's own Hydra overrides
 
 
 @dataclass
@@ -122,7 +123,7 @@ def capture(options: CaptureOptions) -> CaptureResult:
     backend = options.profiler
     if options.profile:
         profiled = profile_cards(options.out / "captured.json", inputs_dir, [k.card.id for k in kept], options.out,
-                                 device, options.profiler)
+                                 device, options.profiler, options.overrides)
         backend = _backend_of(profiled, options.profiler)
         for item in kept:
             if item.card.id in profiled.cards:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from harness.cards.model import Card, load_report
 
@@ -36,11 +36,12 @@ class Profiled:
 
 
 def reprofile_command(report: Path, inputs: Path, card_ids: list[str], run_dir: Path, device: str,
-                      profiler: str) -> list[str]:
-    """The harness run that re-profiles `card_ids` of `report` on their captured inputs, at scale 1."""
+                      profiler: str, overrides: Sequence[str] = ()) -> list[str]:
+    """The harness run that re-profiles `card_ids` of `report` on their captured inputs, at scale 1, with the
+    user's own `overrides` last (profiler.keep_dir=..., timing.budget_s=...)."""
     return [sys.executable, "-m", "harness", "experiment=reprofile", f"report={report}", f"inputs.dir={inputs}",
             f"cards=[{','.join(card_ids)}]", f"device={device}", f"profiler={profiler}", "workload.scale=1.0",
-            f"hydra.run.dir={run_dir}"]
+            f"hydra.run.dir={run_dir}", *overrides]
 
 
 def _last_error(output: str) -> str:
@@ -52,7 +53,7 @@ def _last_error(output: str) -> str:
 
 
 def profile_cards(report: Path, inputs: Path, card_ids: list[str], out_dir: Path, device: str,
-                  profiler: str, timeout_s: float | None = None) -> Profiled:
+                  profiler: str, overrides: Sequence[str] = ()) -> Profiled:
     """Re-profile the cards; a card that fails its baseline is dropped with its reason and the rest run again."""
     result = Profiled(cards={})
     pending = list(card_ids)
@@ -60,8 +61,8 @@ def profile_cards(report: Path, inputs: Path, card_ids: list[str], out_dir: Path
     while pending:
         run_dir = out_dir / ("reprofile" if attempt == 0 else f"reprofile.{attempt}")
         attempt += 1
-        command = reprofile_command(report, inputs, pending, run_dir, device, profiler)
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+        command = reprofile_command(report, inputs, pending, run_dir, device, profiler, overrides)
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
         result.runs.append(run_dir)
         if done.returncode == 0:
             for card in load_report(run_dir / "baseline.json").cards:
