@@ -158,7 +158,9 @@ def aten_name(func: Callable[..., Any]) -> str:
 
 def in_place(func: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
     name = getattr(func, "__name__", "")
-    return (name.endswith("_") and not name.endswith("__")) or bool(kwargs.get("inplace")) or "out" in kwargs
+    # torch's dispatch passes a function's defaults along (`out=None`): only a given `out` writes elsewhere.
+    return (name.endswith("_") and not name.endswith("__")) or bool(kwargs.get("inplace")) or \
+        kwargs.get("out") is not None
 
 
 def describe_call(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,

@@ -97,6 +97,10 @@ def test_in_place_and_unencodable_calls_are_recorded_but_not_replayable():
 
     group = _only(_groups(InPlace(), torch.randn(4)), "aten.add_.Tensor")
     assert group.shape.replayable and "in place" in group.shape.replayable
+    x = torch.randn(2, 3)
+    # F.normalize reaches the recorder with its defaults, out=None among them: not in place.
+    assert describe_call(F.normalize, (x,), {"dim": 1, "out": None}, F.normalize(x), set()).replayable is None
+    assert "in place" in describe_call(F.normalize, (x,), {"out": torch.empty(2, 3)}, x, set()).replayable
     odd = describe_call(torch.Tensor.__getitem__, (torch.randn(3), object()), {}, torch.zeros(1), set())
     assert odd.replayable and "object" in odd.replayable
 
