@@ -116,7 +116,7 @@ def _in_place(name: str, fn: Callable[..., Any], args: list[Any], kwargs: dict[s
         return f"{last} is torch's in-place form (trailing underscore)"
     if last == "__setitem__" or last.startswith("__i") and hasattr(torch.Tensor, f"__{last[3:]}"):
         return f"{last} is an in-place operator"
-    if "out" in kwargs:
+    if kwargs.get("out") is not None:  # a captured call carries its defaults, out=None among them
         return "it writes into its out= argument"
     try:
         bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
