@@ -9,7 +9,7 @@ ncu writes the report only when the child exits, so every trial is one ncu sessi
 before its job (ncu starting, python, the torch and harness imports) is done ahead: once a trial's child
 has come back with its phase record, the next trial's session is started right after each trial's ncu
 exits, its child waiting for the job without touching CUDA (harness.profile.ncu.session), and the next
-`profile` hands it the job. `prestart: false` (`+profiler.prestart=false`) starts every trial cold; a
+`profile` hands it the job. `profiler.prestart=false` starts every trial cold; a
 session that ended before its trial (its child gave up waiting) is replaced by a cold run. `close()`, also
 at exit, kills the waiting one. Each profile records what its trial cost (`ncu_cost`: cold or started
 ahead, its wall time from the handoff, the child's phases, ncu's passes per kernel; docs/ncu-cost.md).
