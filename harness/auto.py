@@ -25,7 +25,7 @@ from harness.descriptions import DescribeJob, Description, ExperimentFacts
 from harness.overview import CardResult, render_end_to_end
 from harness.provenance import report_sha256
 from harness.report.html import render_index_html
-from harness.run import RunError, card_results, execute, rules_of, with_report_cards
+from harness.run import RunError, card_results, describe, execute, rules_of, with_report_cards
 from harness.selection import SelectionError, in_scope, pick_cards
 from harness.worker import TrialWorker, worker_for
 
@@ -46,8 +46,8 @@ def candidate_experiments(configs: Mapping[str, ExperimentConfig], worker: Trial
                           deadline_s: float | None) -> dict[str, ExperimentFacts]:
     """The experiments `auto` may choose from (every composed experiment config but auto and reprofile), as the
     worker describes them; the first one that cannot be loaded, in the configs' order, is an ExperimentError."""
-    described = worker.describe(DescribeJob(experiments={name: (c.module, c.name) for name, c in configs.items()}),
-                                deadline_s)
+    described = describe(worker, DescribeJob(experiments={name: (c.module, c.name) for name, c in configs.items()}),
+                         deadline_s)
     return {name: described.experiment(name) for name in configs}
 
 
@@ -86,7 +86,7 @@ def run_auto(cfg: HarnessConfig, run_dir: Path, compose: Compose, options: list[
     deadline = cfg.search.trial_deadline_s
     experiments = candidate_experiments({name: experiment_of(c) for name, c in configs.items()}, worker, deadline)
     report = classify_report(lint_report(load_report(cfg.report)).normalized, rules_of(cfg))
-    derived = worker.describe(DescribeJob(report=report.to_dict(), device=cfg.device), deadline)
+    derived = describe(worker, DescribeJob(report=report.to_dict(), device=cfg.device), deadline)
     with_chunks = with_report_cards(report, derived)
     # Cards whose workload this install cannot build (the chunk cards without diffusers) are left out with a
     # note, so the rest of the selection still runs.

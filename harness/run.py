@@ -30,11 +30,12 @@ from harness.search import check_new_studies, describe_url, drawable, make_stora
 from harness.selection import SelectionError, select_cards
 from harness.stopping import earlier_drift, keep_drift, note_progress
 from harness.validate import check_output_dir, validate_config
-from harness.worker import TrialWorker, warn_unused_memory_limit, worker_for
+from harness.worker import TrialWorker, WorkerError, warn_unused_memory_limit, worker_for
 
 log = logging.getLogger("harness")
 
-__all__ = ["CardOutcome", "RunContext", "RunError", "card_results", "execute", "rules_of", "with_report_cards"]
+__all__ = ["CardOutcome", "RunContext", "RunError", "card_results", "describe", "execute", "rules_of",
+           "with_report_cards"]
 
 
 def rules_of(cfg: HarnessConfig) -> RuleSet:
@@ -42,6 +43,14 @@ def rules_of(cfg: HarnessConfig) -> RuleSet:
     try:
         return RuleSet.from_config(cfg.rules)
     except ValueError as exc:
+        raise RunError(str(exc)) from None
+
+
+def describe(worker: TrialWorker, job: DescribeJob, deadline_s: float | None) -> Description:
+    """What the worker answers `job` (harness.descriptions); RunError (one line) when it cannot answer."""
+    try:
+        return worker.describe(job, deadline_s)
+    except WorkerError as exc:
         raise RunError(str(exc)) from None
 
 
@@ -67,8 +76,8 @@ def _set_up(cfg: HarnessConfig, rules: RuleSet, worker: TrialWorker) -> _SetUp:
     what needs torch is described by the worker (harness.descriptions), its errors raised here in order."""
     experiment_cfg = experiment_of(cfg)
     deadline = cfg.search.trial_deadline_s
-    described = worker.describe(DescribeJob(experiments={"run": (experiment_cfg.module, experiment_cfg.name)},
-                                            device=cfg.device, config=plain(cfg)), deadline)
+    described = describe(worker, DescribeJob(experiments={"run": (experiment_cfg.module, experiment_cfg.name)},
+                                             device=cfg.device, config=plain(cfg)), deadline)
     experiment = described.experiment("run")
     space = dict(experiment_cfg.space or {})
     if space or len(experiment.variants) > 1:
@@ -76,8 +85,8 @@ def _set_up(cfg: HarnessConfig, rules: RuleSet, worker: TrialWorker) -> _SetUp:
         experiment.check_space(space)
     normalized = classify_report(lint_report(load_report(cfg.report)).normalized, rules)
     profiler = {**(cfg.profiler or {}), **({"metric_set": experiment.metric_set} if experiment.metric_set else {})}
-    derived = worker.describe(DescribeJob(report=normalized.to_dict(), device=described.device, profiler=profiler),
-                              deadline)
+    derived = describe(worker, DescribeJob(report=normalized.to_dict(), device=described.device, profiler=profiler),
+                       deadline)
     report = with_report_cards(normalized, derived)
     if described.device is None:
         raise RunError(str(described.device_error))

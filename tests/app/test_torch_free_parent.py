@@ -137,3 +137,16 @@ def test_the_worker_describes_what_the_run_needs():
     assert set(described.unavailable) <= {c.op_kind for c in report.cards} | {"vae_decode", "dit_block"}
     assert describe(DescribeJob(device="cuda:7")).device_error == (
         "device=cuda:7 but torch sees no CUDA device here; use device=auto or device=cpu")
+
+
+def test_a_worker_that_cannot_describe_the_run_is_one_error_line():
+    from harness.descriptions import DescribeJob
+    from harness.run import RunError, describe
+    from harness.worker import TrialWorker
+
+    worker = TrialWorker(startup_timeout_s=0.01)  # no child imports torch that fast
+    try:
+        with pytest.raises(RunError, match=r"the worker process could not start \(no answer after 0.01 s\)"):
+            describe(worker, DescribeJob(device="cpu"), None)
+    finally:
+        worker.kill()
