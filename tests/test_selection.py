@@ -103,7 +103,8 @@ def test_a_report_without_the_experiments_op_kind_says_so(report):
     conv = load_experiment("experiments.vae_channels_last")
     with pytest.raises(SelectionError, match="none of them conv3d"):
         select_cards(only_linears, None, conv, {"costliest": 3}, "cpu")
-    with pytest.raises(SelectionError, match="experiment vae_channels_last applies to conv3d, conv2d cards; not to other-dit"):
+    with pytest.raises(SelectionError,
+                       match="experiment vae_channels_last applies to conv3d, conv2d cards; not to other-dit"):
         select_cards(only_linears, [only_linears.cards[0].id], conv, None, "cpu")
 
 
