@@ -12,7 +12,7 @@ device_kernel) on bf16 q [B, Lq, H, D] over a cache of `allocated_keys` slots of
   nominal FLOPs: `Prepared.executed_flops` says how many), or, for flash-attn, the whole cache with
   its filled length (`cache_seqlens`: the kernel itself stops at the valid keys; the model's own form).
 
-Every output is checked against the workload's float64 reference (harness.correctness): softmax over
+Every output is checked against the workload's float64 reference (harness.trial.correctness): softmax over
 the valid keys only, from the same bf16 inputs. So a variant that lets an unfilled slot take part is
 wrong, not merely different (the synthetic cache holds random values past the valid prefix, as a reused
 cache would). Every variant computes in bf16 as the baseline does: none declares a lower precision.
@@ -36,9 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from harness.api.experiment import Experiment, Prepared, VariantSkipped
+from harness.api.optional import install_hint, needs_any_module
 from harness.cards.fields import COMPUTE_BOUND, UNRESOLVED
-from harness.experiment import Experiment, Prepared, VariantSkipped
-from harness.optional import install_hint, needs_any_module
 from harness.workloads.attention import allocation_mask
 from harness.workloads.base import Workload
 

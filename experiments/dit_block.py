@@ -5,7 +5,7 @@ whole Wan 14B block (harness.workloads.dit_block: diffusers' WanTransformerBlock
 its self-attention over the chunk's tokens and the KV cache, cross-attention to the text), timed as
 one: whether the op cards' wins hold between the norms, modulation, casts and all-to-all stand-ins,
 and whether they add up. The chunk card's diff row breaks the profiled time down per contained op card
-(harness.chunks.op_breakdown).
+(harness.trial.chunks.op_breakdown).
 
 - `sdpa_backend(backend)`: both attentions with one SDPA backend forced (attention_backends' choice);
   on a CPU torch has flash and math only, the others are skipped with torch's reason;
@@ -36,9 +36,9 @@ from torch.nn.attention import sdpa_kernel
 
 from experiments.attention_backends import BACKENDS, _probe
 from experiments.dit_gemm_tiles import WEIGHT_LAYOUTS
-from harness.chunks import attribute
-from harness.compiled import compile_call
-from harness.experiment import Experiment, Prepared, VariantSkipped
+from harness.api.compiled import compile_call
+from harness.api.experiment import Experiment, Prepared, VariantSkipped
+from harness.trial.chunks import attribute
 from harness.workloads.base import Workload
 from harness.workloads.dit_block import ScopedLinear, shard_frame
 

@@ -44,9 +44,9 @@ from typing import Any, Callable
 
 import torch
 
+from harness.api.experiment import Experiment, Prepared, VariantSkipped
+from harness.api.optional import install_hint
 from harness.cards.fields import DRAM_BANDWIDTH_BOUND, LATENCY_OR_OCCUPANCY_LIMITED, UNRESOLVED
-from harness.experiment import Experiment, Prepared, VariantSkipped
-from harness.optional import install_hint
 from harness.workloads.base import Workload, parse_dtype
 
 EXPERIMENT = Experiment(

@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from harness.experiment import Experiment
+from harness.api.experiment import Experiment
 from harness.workloads.base import Workload
 from harness.workloads.registry import OP_KINDS
 

@@ -16,10 +16,10 @@ from typing import Any, Callable
 
 import torch
 
+from harness.api.experiment import Experiment
 from harness.cards.fields import UNRESOLVED
 from harness.cards.model import Card, Kernel
 from harness.cards.rules import dominant
-from harness.experiment import Experiment
 from harness.workloads.base import Workload
 from harness.workloads.registry import OP_KINDS
 

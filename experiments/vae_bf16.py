@@ -15,8 +15,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from harness.api.experiment import Experiment, Prepared, VariantSkipped
 from harness.cards.fields import COMPUTE_BOUND, L2_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL, UNRESOLVED
-from harness.experiment import Experiment, Prepared, VariantSkipped
 from harness.workloads.base import Workload
 
 EXPERIMENT = Experiment(

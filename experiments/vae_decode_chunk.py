@@ -5,7 +5,7 @@ whole Wan 2.1 decoder, as a model would make them, and the chunk (harness.worklo
 streaming decode of one chunk's latent frames from its causal cache) is timed as one: whether the
 layout survives the pads, cats, norms and upsamplings between the convs, whether bf16 pays off once
 every op runs in it, and whether the op cards' wins add up. The chunk card's diff row breaks the
-profiled time down per contained op card (harness.chunks.op_breakdown).
+profiled time down per contained op card (harness.trial.chunks.op_breakdown).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from experiments.vae_bf16 import _cpu_has_bf16_math
-from harness.chunks import attribute
-from harness.experiment import Experiment, Prepared, VariantSkipped
-from harness.rounds import label_text
+from harness.api.experiment import Experiment, Prepared, VariantSkipped
+from harness.trial.chunks import attribute
+from harness.trial.rounds import label_text
 from harness.workloads.base import Workload, dtype_name, parse_dtype
 
 EXPERIMENT = Experiment(
@@ -141,7 +141,7 @@ def channels_last_low_precision(w: Workload, dtype: str = "bfloat16") -> Prepare
 @EXPERIMENT.variant
 def composed(w: Workload) -> Prepared:
     """What the op-card runs of `experiment.compose_from` adopted on this chunk's conv cards, composed on the
-    whole decoder through what each adopted variant carries (harness.rounds): a channels_last_3d input or
+    whole decoder through what each adopted variant carries (harness.trial.rounds): a channels_last_3d input or
     weight keeps the decoder channels_last_3d end to end, a dtype puts the decoder in it."""
     carried = [(card_id, entry, change) for card_id, entries in w.adopted.items() for entry in entries
                for change in (entry.get("carries") or {}).values()]

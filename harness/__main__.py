@@ -21,16 +21,16 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from harness.auto import run_auto
 from harness.cards.measures import card_time_us
-from harness.config_schema import HarnessConfig, plain, typed
+from harness.config.schema import HarnessConfig, plain, typed
+from harness.config.validate import ConfigError, check_creatable, compose_checked, plain_config, validate_config
+from harness.config.validate import hydra_error_line as _one_line
 from harness.errors import HarnessError
-from harness.provenance import check_run_dir, claim_run_dir, resumable
-from harness.run import execute
+from harness.run.auto import run_auto
+from harness.run.execute import execute
+from harness.run.provenance import check_run_dir, claim_run_dir, resumable
+from harness.run.stopping import record_stop
 from harness.search import make_storage, note_interrupt, safe_to_interrupt
-from harness.stopping import record_stop
-from harness.validate import ConfigError, check_creatable, compose_checked, plain_config, validate_config
-from harness.validate import hydra_error_line as _one_line
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 EXIT_BAD_INPUT = 2
@@ -84,7 +84,7 @@ def install_signal_handlers() -> None:
 
 
 def _stopped(run_dir: Path | None, stop: BaseException | None = None) -> NoReturn:
-    """Say where the outputs are and how to resume; mark the run's files as stopped (harness.stopping).
+    """Say where the outputs are and how to resume; mark the run's files as stopped (harness.run.stopping).
 
     A folder whose run never started (no run identity recorded: stopped during set-up) holds nothing
     to resume: the line says so, and the run is started again rather than resumed.

@@ -44,7 +44,7 @@ def check_space_params(experiment: str, takes: Mapping[str, Sequence[str]], spac
 
 @dataclass(frozen=True)
 class ExperimentFacts:
-    """An experiment module as the run's side knows it: what harness.experiment.Experiment says of itself."""
+    """An experiment module as the run's side knows it: what harness.api.experiment.Experiment says of itself."""
 
     name: str
     module: str
@@ -104,11 +104,11 @@ class Description:
     experiment_errors: dict[str, str] = field(default_factory=dict)
     device: str | None = None
     device_error: str | None = None
-    environment: dict[str, Any] = field(default_factory=dict)  # harness.environment.describe_environment
+    environment: dict[str, Any] = field(default_factory=dict)  # harness.trial.environment.describe_environment
     profiler: str | None = None  # the backend's name (harness.profile.registry)
     profiler_notes: list[str] = field(default_factory=list)  # why it is not the one asked for (auto's fallback)
     profiler_error: str | None = None
-    chunk_cards: list[dict[str, Any]] = field(default_factory=list)  # the report's chunk cards (harness.chunks)
+    chunk_cards: list[dict[str, Any]] = field(default_factory=list)  # the report's chunk cards (harness.trial.chunks)
     cast_frames: dict[str, int] = field(default_factory=dict)  # cast card id -> frames its report pair tells
     unavailable: dict[str, str] = field(default_factory=dict)  # the report's op kinds this install cannot build
 

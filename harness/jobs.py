@@ -1,7 +1,7 @@
 """What crosses the worker boundary: the job a trial is, what it came to, and one table of outcomes.
 
-The run (harness.card_search) sends one `TrialJob` per request as a JSON line; the worker child
-(harness.worker.handlers) and the ncu child (harness.profile.ncu_child) rebuild the trial from it alone:
+The run (harness.run.card_search) sends one `TrialJob` per request as a JSON line; the worker child
+(harness.trial.handlers) and the ncu child (harness.profile.ncu_child) rebuild the trial from it alone:
 it carries the card itself, as the run has it (a chunk card derived from the report, a round-2 card from
 best.json), so no child re-reads or re-lints the report. The child answers with one `TrialResult`.
 Before it measures, the run asks the same child what it needs of the torch side (`JobKind.DESCRIBE`: the
@@ -22,8 +22,8 @@ from enum import Enum
 from typing import Any, Mapping, TypeVar
 
 BASELINE = "baseline"
-# The correctness rule's default emulated_factor (harness.config_schema.CorrectnessConfig, and
-# harness.correctness.Rule for a section without one): one step of the lowered grid at the largest element.
+# The correctness rule's default emulated_factor (harness.config.schema.CorrectnessConfig, and
+# harness.trial.correctness.Rule for a section without one): one step of the lowered grid at the largest element.
 # Here because both sides of the worker boundary read it.
 EMULATED_FACTOR = 2.0
 
@@ -116,13 +116,13 @@ class TrialJob:
     inputs_dir: str | None = None
     attention: dict[str, Any] = field(default_factory=dict)  # harness.workloads.attention.AttentionConfig
     cast: dict[str, Any] = field(default_factory=dict)  # harness.workloads.cast.CastConfig
-    applied: list[dict[str, Any]] = field(default_factory=list)  # what earlier rounds adopted (harness.rounds)
-    # A chunk card's contained op cards' adopted variants (harness.rounds.adopted_by_card), to compose.
+    applied: list[dict[str, Any]] = field(default_factory=list)  # what earlier rounds adopted (harness.trial.rounds)
+    # A chunk card's contained op cards' adopted variants (harness.trial.rounds.adopted_by_card), to compose.
     adopted: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     reference_path: str | None = None  # the card's float64 reference and standard, written with the baseline
     # -- how it is judged, timed and profiled --
-    correctness: dict[str, Any] = field(default_factory=dict)  # harness.correctness.Rule
-    physics_slack: float | None = None  # how far below the device's floor a time may be (harness.physics)
+    correctness: dict[str, Any] = field(default_factory=dict)  # harness.trial.correctness.Rule
+    physics_slack: float | None = None  # how far below the device's floor a time may be (harness.trial.physics)
     timing: TimingSettings = field(default_factory=TimingSettings)
     rules: dict[str, Any] | None = None  # conf/rules; None: the shipped default
     profiler: dict[str, Any] = field(default_factory=dict)  # the resolved backend's config; name none: time only
@@ -180,7 +180,7 @@ class TrialJob:
 
 @dataclass(frozen=True)
 class Judgement:
-    """An output against its float64 reference (harness.correctness.Correctness, as it travels)."""
+    """An output against its float64 reference (harness.trial.correctness.Correctness, as it travels)."""
 
     max_abs: float
     max_rel: float

@@ -1,4 +1,4 @@
-"""Every measured card's time against the device's physical floor (harness.physics), from run folders.
+"""Every measured card's time against the device's physical floor (harness.trial.physics), from run folders.
 
     python scripts/floor_ratios.py RUN_DIR [RUN_DIR ...]
 

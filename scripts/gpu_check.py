@@ -1311,7 +1311,7 @@ def step_reproduction(check: Check, step: Step, timeout: float) -> Outcome:
     return Outcome("ok", f"{how}: {result}", numbers)
 
 
-CHUNK_EXPERIMENTS = ("vae_decode_chunk", "dit_block")  # the chunk cards' experiments (harness.chunks)
+CHUNK_EXPERIMENTS = ("vae_decode_chunk", "dit_block")  # the chunk cards' experiments (harness.trial.chunks)
 # The CPU form: the VAE chunk's layout variant only (one latent frame of a 2x1 slice decodes in about a second);
 # a DiT block streams its 351 M weights on every call, minutes of a CPU run, so it runs on the device only.
 CPU_CHUNK_FORM = {"vae_decode_chunk": ["workload.scale=0.04", "~experiment.space",

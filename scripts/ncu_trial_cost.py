@@ -30,15 +30,15 @@ from typing import Any
 
 import yaml
 
+from harness.api.experiment import load_experiment
 from harness.cards.model import Card, load_report
-from harness.experiment import load_experiment
 from harness.jobs import BASELINE, TrialJob
 from harness.profile.ncu.command import find_ncu, profile_command
 from harness.profile.ncu.metrics import metrics_for, resolve_metrics
 from harness.profile.ncu.runner import RunResult, run_command, start_command
 from harness.profile.ncu.session import REPORT_NAME, child_argv, read_phases, trial_cost, write_job
 from harness.profile.ncu_backend import NVTX_RANGE, chip_metrics
-from harness.selection import select_cards
+from harness.run.selection import select_cards
 
 REPO = Path(__file__).resolve().parents[1]
 DEADLINE_S = 600.0

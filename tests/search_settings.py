@@ -1,4 +1,4 @@
-"""The search settings a run gets (conf/search/default.yaml, typed by harness.config_schema.SearchConfig),
+"""The search settings a run gets (conf/search/default.yaml, typed by harness.config.schema.SearchConfig),
 for tests that plan or open a study without composing a whole config."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from omegaconf import OmegaConf
 
-from harness.config_schema import SearchConfig
+from harness.config.schema import SearchConfig
 
 DEFAULTS = Path(__file__).resolve().parents[1] / "conf" / "search" / "default.yaml"
 

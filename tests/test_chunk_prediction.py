@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.chunks import not_carried_over, predicted_speedup
+from harness.trial.chunks import not_carried_over, predicted_speedup
 
 BREAKDOWN = [
     {"card": "a", "before_us": 100.0, "after_us": 100.0},  # 1.5x alone, unchanged inside: lost

@@ -1,4 +1,4 @@
-"""harness.correctness: planted bugs are infeasible and honest variants feasible, at the report's K and channels.
+"""harness.trial.correctness: planted bugs are infeasible and honest variants feasible, at the report's K and channels.
 
 Shapes come from the shipped report's cards (the K=13824 and K=5120 linears, the 96->3 and 384->384
 convs, the 4680-of-29640 valid-prefix attention) with few rows, a small frame and few queries, so a
@@ -8,7 +8,7 @@ precision="bfloat16"). bf16 arithmetic is simulated by rounding to bf16 and comp
 nothing depends on this CPU's bf16 support. Expected outcomes are the planted ones, not the code's.
 
 A declared precision is also judged as the worker judges it (`_judged`): its call observed for evidence
-and its output held to the reference emulating that precision (harness.precision); there the variants
+and its output held to the reference emulating that precision (harness.trial.precision); there the variants
 run real bf16 ops (the K=13824 linear at 8 x 64 outputs, the convs, attention over 4680 keys).
 """
 
@@ -26,8 +26,10 @@ import torch.nn.functional as F
 import yaml
 
 from experiments import dit_gemm_tiles, dit_small_m_batching, vae_bf16
-from harness.config_schema import CorrectnessConfig
-from harness.correctness import (
+from harness.api.experiment import ExperimentError, Prepared
+from harness.config.schema import CorrectnessConfig
+from harness.config.validate import ConfigError, compose_checked
+from harness.trial.correctness import (
     CorrectnessError,
     Rule,
     Standard,
@@ -37,10 +39,8 @@ from harness.correctness import (
     output_grid,
     unit_roundoff,
 )
-from harness.experiment import ExperimentError, Prepared
-from harness.precision import emulated_reference, observed_precisions, round_to_tf32
-from harness.rounds import carry
-from harness.validate import ConfigError, compose_checked
+from harness.trial.precision import emulated_reference, observed_precisions, round_to_tf32
+from harness.trial.rounds import carry
 from harness.workloads import batch_for, build_workload, valid_prefix_attention
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "experiment"
@@ -360,7 +360,7 @@ def test_rule_and_precision_are_validated():
 
 
 def test_configs_state_the_factors():
-    default = {"correctness": asdict(CorrectnessConfig())}  # the shared default, harness.config_schema
+    default = {"correctness": asdict(CorrectnessConfig())}  # the shared default, harness.config.schema
     assert Rule.from_config(default["correctness"]) == RULE
     for path in sorted(CONF.glob("*.yaml")):  # an experiment states its own factors or keeps the default
         section = yaml.safe_load(path.read_text(encoding="utf-8"))["experiment"] or {}  # auto: no experiment
@@ -407,7 +407,7 @@ def test_synthetic_bias_is_of_the_products_order_and_seeded():
 
 
 # ---------------------------------------------------------------------------------------------
-# A declared precision: evidence from its call, and the reference emulating it (harness.precision)
+# A declared precision: evidence from its call, and the reference emulating it (harness.trial.precision)
 
 LINEAR_K13824 = "dit-480-linear-m1170n5120k13824-ffde6a"
 ACC_K13824 = math.sqrt(13824) * 2.0**-24  # the accumulation term sqrt(K) u(float32) at the issue's K

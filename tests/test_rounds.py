@@ -11,9 +11,9 @@ import torch
 
 import experiments.vae_bf16 as vae_bf16
 import experiments.vae_channels_last as vae_channels_last
-from harness.experiment import ExperimentError, Prepared, load_experiment
-from harness.recipe import render_recipe
-from harness.rounds import RoundError, applied_entry, applied_of, carry, round_baseline
+from harness.api.experiment import ExperimentError, Prepared, load_experiment
+from harness.report.recipe import render_recipe
+from harness.trial.rounds import RoundError, applied_entry, applied_of, carry, round_baseline
 from harness.workloads.registry import build_workload
 
 LAST = torch.channels_last_3d

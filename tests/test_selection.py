@@ -1,4 +1,4 @@
-"""Card selection: ids, or rules that work on any report (harness.selection)."""
+"""Card selection: ids, or rules that work on any report (harness.run.selection)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.api.experiment import load_experiment
 from harness.cards.lint import lint_report
 from harness.cards.model import Report
 from harness.cards.rules import classify_report
-from harness.chunks import add_chunk_cards
-from harness.experiment import load_experiment
-from harness.selection import SelectionError, apply_rule, pick_cards, select_cards
+from harness.run.selection import SelectionError, apply_rule, pick_cards, select_cards
+from harness.trial.chunks import add_chunk_cards
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "experiment"
 
@@ -84,7 +84,7 @@ def test_bad_rules_are_one_line(report, rule, message):
 @pytest.mark.parametrize("path", sorted(CONF.glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_default_selects_cards_of_a_report_never_seen(report, path):
     config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    # auto is a mode, not an experiment: its default rule is under auto: (harness.config_schema)
+    # auto is a mode, not an experiment: its default rule is under auto: (harness.config.schema)
     section = config["experiment"] or config["auto"]
     assert isinstance(section["default_cards"], dict), "defaults are rules, not ids of the shipped report"
     other = _other_report(report, lambda c: c.resolution != "480x832")  # none of the shipped ids remain

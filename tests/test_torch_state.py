@@ -15,8 +15,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness import torch_settings, torch_state
-from harness.torch_state import PINNED, StateNotRestored, changed, isolated, pinned, snapshot
+from harness.trial import torch_settings, torch_state
+from harness.trial.torch_state import PINNED, StateNotRestored, changed, isolated, pinned, snapshot
 
 # Objects a case must keep alive past its block (a leaked inference-mode guard undoes itself when freed).
 _KEPT: list[Any] = []
@@ -265,7 +265,7 @@ def test_a_request_starts_pinned_and_restores_what_the_process_had():
 def test_a_block_inside_a_mode_of_the_harness_keeps_the_mode():
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-    with _PassThrough() as mode:  # as harness.precision's evidence mode may be around a phase
+    with _PassThrough() as mode:  # as harness.trial.precision's evidence mode may be around a phase
         with isolated([]):
             assert _get_current_dispatch_mode() is mode
         assert _get_current_dispatch_mode() is mode

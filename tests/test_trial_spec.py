@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.api.experiment import load_experiment
 from harness.cards.lint import lint_report
 from harness.cards.model import load_report
-from harness.chunks import add_chunk_cards
-from harness.experiment import load_experiment
 from harness.jobs import (
     OUTCOMES,
     ConfirmPlan,
@@ -27,7 +26,8 @@ from harness.jobs import (
     TrialStatus,
 )
 from harness.profile.ncu_backend import trial_folder
-from harness.trial_spec import build_trial_workload
+from harness.trial.build import build_trial_workload
+from harness.trial.chunks import add_chunk_cards
 
 CONV = "vae-480-conv3d-96to96k333t6-13c157"
 

@@ -5,7 +5,7 @@ import importlib
 import optuna
 import pytest
 
-from harness.experiment import Experiment, ExperimentError
+from harness.api.experiment import Experiment, ExperimentError
 from harness.search import drawable, open_study, plan_search, suggest
 from tests.search_settings import search_config
 
@@ -74,7 +74,7 @@ def test_with_fewer_trials_than_the_space_no_trial_goes_to_a_cuda_only_variant_o
 
 
 def test_needs_of_several_kinds_are_all_required_and_each_unmet_one_is_named(monkeypatch):
-    from harness import optional
+    from harness.api import optional
 
     experiment = Experiment(name="e", op_kinds=("linear",), hypothesis="h", check="effective_flops")
 
@@ -94,7 +94,7 @@ def test_needs_of_several_kinds_are_all_required_and_each_unmet_one_is_named(mon
 def test_is_importable_asks_without_importing_and_a_refusing_import_hook_counts_as_missing(monkeypatch):
     import importlib.util
 
-    from harness import optional
+    from harness.api import optional
 
     assert optional.is_importable("json") and not optional.is_importable("no_such_module_anywhere")
     assert not optional.is_importable("no_such_parent.child")  # find_spec raises for a missing parent
@@ -109,7 +109,7 @@ def test_is_importable_asks_without_importing_and_a_refusing_import_hook_counts_
 
 
 def test_the_shipped_variants_that_need_an_optional_package_are_not_drawn_without_it(monkeypatch):
-    from harness import optional
+    from harness.api import optional
 
     monkeypatch.setattr(optional, "is_importable", lambda module: False)
     expected = {
@@ -131,7 +131,7 @@ def test_the_shipped_variants_that_need_an_optional_package_are_not_drawn_withou
 
 
 def test_the_shipped_cuda_only_variants_declare_it(monkeypatch):
-    from harness import optional
+    from harness.api import optional
 
     monkeypatch.setattr(optional, "is_importable", lambda module: True)  # every extra installed
     cuda_only = {"dit_gemm_tiles": {"blas_library", "triton_matmul"}, "dit_small_m_batching": {"gemv"},

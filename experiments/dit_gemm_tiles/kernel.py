@@ -1,6 +1,6 @@
 """Our Triton GEMM for the linears: y = x @ weight^T + bias, one BLOCK_M x BLOCK_N tile per program,
 grouped tile order for L2 reuse, fp32 accumulator, bias epilogue, masked edges (Triton's matmul tutorial's
-structure). Its tile (harness.tiles.TileConfig) is what dit_gemm_tiles searches.
+structure). Its tile (harness.api.tiles.TileConfig) is what dit_gemm_tiles searches.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from harness.experiment import VariantSkipped
-from harness.tiles import TileConfig
-from harness.triton_support import TRITON_MISSING, grouped_tile, input_precision, tl, triton
+from harness.api.experiment import VariantSkipped
+from harness.api.tiles import TileConfig
+from harness.api.triton_support import TRITON_MISSING, grouped_tile, input_precision, tl, triton
 
 if triton is not None:
 

@@ -45,12 +45,12 @@ from experiments.dit_output_fusion.chain import (
     min_bytes,
 )
 from experiments.dit_output_fusion.kernel import fused_head
+from harness.api.compiled import compile_call
+from harness.api.experiment import Experiment, Prepared, VariantSkipped
+from harness.api.tiles import TileConfig, executed_flops, padded
+from harness.api.triton_support import check_launchable, first_launch
 from harness.cards.fields import DRAM_BANDWIDTH_BOUND
 from harness.cards.measures import dram_bytes
-from harness.compiled import compile_call
-from harness.experiment import Experiment, Prepared, VariantSkipped
-from harness.tiles import TileConfig, executed_flops, padded
-from harness.triton_support import check_launchable, first_launch
 from harness.workloads.base import Workload
 
 EXPERIMENT = Experiment(
@@ -173,7 +173,7 @@ def triton_fused(w: Workload, BLOCK_M: int = 32, BLOCK_K: int = 128, num_warps: 
     hidden, shift, scale, weight, bias = chain_inputs(w)
     rows, k = hidden.shape
     n = weight.shape[0]
-    # The whole N is one tile: the launch check of a BLOCK_M x N x BLOCK_K GEMM tile (harness.tiles).
+    # The whole N is one tile: the launch check of a BLOCK_M x N x BLOCK_K GEMM tile (harness.api.tiles).
     config = TileConfig(BLOCK_M, n, BLOCK_K, 1, num_stages, num_warps)
     check_launchable(config, hidden.element_size(), w.device)
 

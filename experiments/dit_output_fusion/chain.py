@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from harness.experiment import VariantSkipped
+from harness.api.experiment import VariantSkipped
 from harness.workloads.base import Workload
 
 EPS = 1e-6  # WanTransformer3DModel's norm_out

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from harness.experiment import VariantSkipped
-from harness.triton_support import TRITON_MISSING, input_precision, tl, triton
+from harness.api.experiment import VariantSkipped
+from harness.api.triton_support import TRITON_MISSING, input_precision, tl, triton
 
 if triton is not None:
 

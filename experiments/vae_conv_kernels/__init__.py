@@ -8,7 +8,7 @@ and vae_bf16 only the dtype; here the dtype and math mode stay the baseline's an
 
 - `cudnn_algorithm(benchmark, memory_format)`: cuDNN's own algorithm search (cudnn.benchmark) against
   its heuristics, on NCDHW or channels_last_3d; benchmark and TF32 are set for each call (TF32 as the
-  baseline runs it, harness.torch_state.PINNED) and restored after it (CUDA only);
+  baseline runs it, harness.trial.torch_state.PINNED) and restored after it (CUDA only);
 - `triton_implicit_gemm(BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_stages, num_warps)`: our Triton
   implicit-GEMM conv (kernel.py) whose tile is searched; a tile that cannot launch is pruned before
   compiling; it executes whole tiles, so its executed FLOPs are the GEMM view padded to the tile
@@ -44,15 +44,15 @@ import torch.nn.functional as F
 
 from experiments.vae_conv_kernels.im2col import LAYOUTS, im2col_conv3d
 from experiments.vae_conv_kernels.kernel import ConvGemm, conv_input_precision, triton_conv3d
-from harness import torch_state
+from harness.api.compiled import compile_call, frozen_module
+from harness.api.experiment import Experiment, Prepared, VariantSkipped
+from harness.api.tiles import HOPPER, TileConfig, executed_flops, tile_count, waves
+from harness.api.triton_support import check_launchable, first_launch
 from harness.cards.card_check import executed_over_nominal
 from harness.cards.fields import COMPUTE_BOUND, L2_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL, UNRESOLVED
 from harness.cards.measures import sum_metric
-from harness.compiled import compile_call, frozen_module
-from harness.experiment import Experiment, Prepared, VariantSkipped
 from harness.profile.peak_lookup import card_peaks, sm_count
-from harness.tiles import HOPPER, TileConfig, executed_flops, tile_count, waves
-from harness.triton_support import check_launchable, first_launch
+from harness.trial import torch_state
 from harness.workloads.base import Workload, WorkloadError, element_size
 from harness.workloads.frames import calls_on_dim0
 
@@ -221,7 +221,7 @@ def cudnn_algorithm(w: Workload, benchmark: bool = True, memory_format: str = "c
         "torch.backends.cudnn.benchmark = True  # once at start-up; every conv shape is timed on its first call"
         if benchmark else None,
         f"{owner}.to(memory_format=torch.{kept}); x = x.contiguous(memory_format=torch.{kept})" if layout else None]))
-    # harness.rounds carries channels_last_3d, not the 4-D channels_last of a conv2d: the recipe says it instead
+    # harness.trial.rounds carries channels_last_3d, not the 4-D channels_last of a conv2d: the recipe says it instead
     carried = layout and not planar
     carries = {name: {"memory_format": "channels_last_3d"} for name in ("input", "weight")} if carried else {}
     return Prepared(run, facts=facts, carries=carries, recipe=recipe)

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from harness.experiment import VariantSkipped
-from harness.tiles import TileConfig
-from harness.triton_support import TRITON_MISSING, grouped_tile, tl, triton
+from harness.api.experiment import VariantSkipped
+from harness.api.tiles import TileConfig
+from harness.api.triton_support import TRITON_MISSING, grouped_tile, tl, triton
 
 INT32_LIMIT = 2**31  # the kernel's offsets are int32: a tensor whose span exceeds this is refused
 
@@ -141,7 +141,7 @@ if triton is not None:
 def conv_input_precision() -> str:
     """tl.dot's precision for float32 operands: TF32 exactly when torch lets its convolutions use it
     (torch.backends.cudnn.allow_tf32, on by default: the baseline's math mode), where
-    harness.triton_support.input_precision follows the matmul switch; bf16/fp16 operands ignore it."""
+    harness.api.triton_support.input_precision follows the matmul switch; bf16/fp16 operands ignore it."""
     return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
 
 

@@ -1,7 +1,7 @@
 """`--apply RUN/best.json`: what a run adopted on the captured cards, applied to the whole model, and the whole
 forward timed before and after in paired rounds.
 
-What can be applied model-wide is what an adopted variant carries (harness.rounds: a memory format or a
+What can be applied model-wide is what an adopted variant carries (harness.trial.rounds: a memory format or a
 dtype of its inputs): `model.to(memory_format=...)` and the inputs in that format, `model.to(dtype)` and
 the floating inputs in that dtype. A kernel, tile, algorithm or batching choice changes one op's
 implementation, not the model: it is listed as not applicable. The forward of the model as captured (A)
@@ -23,9 +23,9 @@ import torch
 from harness.capture.factory import CaptureError, LoadedModel
 from harness.cards.model import Report
 from harness.cards.noise import paired_verdict
-from harness.config_schema import SameBandConfig
+from harness.config.schema import SameBandConfig
 from harness.profile.timing import time_cpu
-from harness.rounds import RoundError, applied_of
+from harness.trial.rounds import RoundError, applied_of
 from harness.workloads.base import parse_dtype
 
 _FORMATS = {"channels_last_3d": (torch.channels_last_3d, 5), "channels_last": (torch.channels_last, 4)}

@@ -39,8 +39,8 @@ from harness.cards.model import Card, Report
 from harness.cards.noise import DEFAULT_THRESHOLD
 from harness.cards.time_verdict import VERDICT_RULE_TEXT, confirmation_between, judge_time
 
-# The diff's own names, and those harness.run and its parts (harness.outputs, harness.card_search) import
-# from here though they live beside it: the table cells, the verdict rule's text, a card's time and calls.
+# The diff's own names, and those the run (harness.run.execute, harness.report.outputs, harness.run.card_search)
+# imports from here though they live beside it: the table cells, the verdict rule's text, a card's time and calls.
 __all__ = [
     "VERDICT_RULE_TEXT",
     "CardDiff",
@@ -105,7 +105,7 @@ class CardDiff:
     class_source: dict[str, str] = field(default_factory=dict)
     # The class change as it may honestly be printed: one arrow only within one source on one machine.
     class_transition: str = ""
-    # A chunk card's row: per contained op card, then "other", {card, before_us, after_us} (harness.chunks).
+    # A chunk card's row: per contained op card, then "other", {card, before_us, after_us} (harness.trial.chunks).
     op_breakdown: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:

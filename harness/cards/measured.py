@@ -1,6 +1,6 @@
 """What the harness writes on a card it measured (`card.extra`), typed, and what is the experiment's own.
 
-`MeasuredRecord` is what every measurement writes (harness.measure is its one writer); the run adds its
+`MeasuredRecord` is what every measurement writes (harness.trial.measure is its one writer); the run adds its
 search, drift, confirmation and rounds keys (`RUN_EXTRAS`), and the card keeps its identity from the
 report (`IDENTITY_EXTRAS`). Any other key was written by the experiment's annotate hook: its own evidence,
 which summary.md and report.html show as such (`experiment_evidence`).
@@ -13,10 +13,10 @@ from typing import Any
 
 from harness.cards.model import Card
 
-# Kept from the report card: its id, where the report got it, what a chunk card contains (harness.chunks).
+# Kept from the report card: its id, where the report got it, what a chunk card contains (harness.trial.chunks).
 IDENTITY_EXTRAS = frozenset({"id", "ncu_output", "scheduler_note", "contains", "chunk"})
-# Added by the run around the measurement (harness.card_search, harness.rounds), and the checks of a
-# variant beyond its output (harness.physics: its time against the device's floor; torch state it left).
+# Added by the run around the measurement (harness.run.card_search, harness.trial.rounds), and the checks of a
+# variant beyond its output (harness.trial.physics: its time against the device's floor; torch state it left).
 RUN_EXTRAS = frozenset({"search_timing", "report_card", "baseline_drift", "confirmation", "warm_up",
                         "confirm_error", "applied", "annotate_error", "physics", "state_changes",
                         "second_draw"})
@@ -28,17 +28,17 @@ FACTS_SHOWN_ELSEWHERE = frozenset({"nominal_flops_per_call", "per_call_us", "rec
 class MeasuredRecord:
     harness: dict[str, Any]  # the label: experiment, variant, params, role, hypothesis, check
     timing: dict[str, Any] | None  # harness.profile.timing.TimingResult; None: wrong output, not timed
-    correctness: dict[str, Any]  # harness.correctness.Correctness against the float64 reference
+    correctness: dict[str, Any]  # harness.trial.correctness.Correctness against the float64 reference
     memory: dict[str, Any]  # {peak_bytes, method}
     workload: dict[str, Any]  # harness.workloads.base.Workload.describe()
-    environment: dict[str, Any]  # harness.environment: machine, versions
+    environment: dict[str, Any]  # harness.trial.environment: machine, versions
     metrics_source: str | None  # per card; each kernel says its own too
     profiler: str | None
     peaks: dict[str, Any] | None  # what the profiler judged against (harness.cards.peaks)
     profiler_settings: dict[str, Any] | None
     profiler_notes: list[str]
-    variant: dict[str, Any]  # the variant's facts (harness.measure.variant_facts)
-    torch_state: dict[str, Any]  # the process-global torch settings it ran under (harness.torch_state)
+    variant: dict[str, Any]  # the variant's facts (harness.trial.measure.variant_facts)
+    torch_state: dict[str, Any]  # the process-global torch settings it ran under (harness.trial.torch_state)
 
     def write(self, card: Card) -> None:
         card.extra.update(asdict(self))

@@ -44,7 +44,7 @@ A chunk workload (`WorkloadFacts.per_shape`: a whole decoder call, not one op) g
 tensor-input shapes and the top-level op it ran under (the op the model's code called), named
 `aten::copy_(384x384x3x3x3, 384x384x3x3x3) in aten::conv3d(1x384x3x4x3, 384x384x3x3x3, 384)`, the
 top-level op also in `extra["within"]` and `extra["within_shapes"]`: each op can then be attributed to
-the report card of the top-level op's shape (harness.chunks), the copies a conv makes inside itself
+the report card of the top-level op's shape (harness.trial.chunks), the copies a conv makes inside itself
 included, as in the conv's own card. Only the ops of rule 2 are dropped (no wrapper, no noise floor),
 so the kernels' self times add up to all the chunk's op time but its allocations and views.
 

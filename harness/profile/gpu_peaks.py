@@ -253,7 +253,7 @@ def for_current_device(
     clocks from NVML where pynvml is importable; the table's values only where the device is silent."""
     import torch
 
-    from harness.environment import nvml_clocks
+    from harness.trial.environment import nvml_clocks
 
     index = torch.cuda.current_device() if device is None else device
     props = torch.cuda.get_device_properties(index)

@@ -70,7 +70,7 @@ from harness.profile.ncu.session import (
 )
 
 if TYPE_CHECKING:  # the profilers do not import the experiments' side at run time
-    from harness.trial_spec import TrialSpec
+    from harness.trial.build import TrialSpec
 
 NVTX_RANGE = "harness_trial"
 PENDING_DIR = ".pending"  # under profiler.keep_dir: sessions started ahead, before their trial is known

@@ -124,9 +124,9 @@ def run_trial(written: dict[str, Any], clock: PhaseClock) -> None:
     it (what ncu profiles)."""
     import torch
 
-    from harness.experiment import load_experiment
+    from harness.api.experiment import load_experiment
     from harness.jobs import BASELINE, TrialJob
-    from harness.trial_spec import build_trial_workload, prepare_baseline
+    from harness.trial.build import build_trial_workload, prepare_baseline
 
     with clock.phase("job_decode"):
         spec = TrialJob.from_json(written["spec"])
@@ -199,8 +199,8 @@ def _serve(args: argparse.Namespace, clock: PhaseClock) -> dict[str, Any]:
     with clock.phase("torch_import"):
         import torch
     with clock.phase("harness_import"):
-        import harness.experiment  # noqa: F401  (what run_trial imports, timed apart from the job's own work)
-        import harness.trial_spec  # noqa: F401
+        import harness.api.experiment  # noqa: F401  (what run_trial imports, timed apart from the job's own work)
+        import harness.trial.build  # noqa: F401
     clock.mark("ready")
     # Nothing imported so far may touch the GPU: a waiting session must hold nothing there.
     extra: dict[str, Any] = {"cuda_initialized_before_job": bool(torch.cuda.is_initialized())}

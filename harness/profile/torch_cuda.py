@@ -121,7 +121,7 @@ def build_profile(
             else {}
         )
         kernel = _kernel(k, limits, estimate)
-        if facts.per_shape:  # a chunk: which op of the model each kernel belongs to (harness.chunks.attribute)
+        if facts.per_shape:  # a chunk: which op of the model each kernel belongs to (harness.trial.chunks.attribute)
             callers = trace.callers(k)
             if callers:
                 kernel.extra.update(within=callers[0].name, within_shapes=callers[0].input_dims,

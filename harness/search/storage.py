@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 from harness.search.errors import SearchError
 
 if TYPE_CHECKING:  # annotations only: the page (harness.report) opens storages without Hydra's schema
-    from harness.config_schema import SearchConfig
+    from harness.config.schema import SearchConfig
 
 # Trial system attributes written by the harness.
 HEARTBEAT_KEY = "harness:heartbeat"      # journal storages: time.time() of the last beat

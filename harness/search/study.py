@@ -33,7 +33,7 @@ from harness.search.space import Space, configurations, discrete_size
 from harness.search.storage import OWNER_KEY, RetryStale, describe_url, make_storage, recover_trials
 
 if TYPE_CHECKING:  # annotations only: the page (harness.report) opens storages without Hydra's schema
-    from harness.config_schema import SearchConfig
+    from harness.config.schema import SearchConfig
 
 # Trial system attributes written by the harness.
 INTERRUPTED_KEY = "harness:interrupted"  # the signal that stopped the process while this trial ran

@@ -205,7 +205,7 @@ class Plan:
     flops: float
     min_bytes: float
     # Terms summed into one output element (linear K, conv3d Cin/groups*kT*kH*kW, attention the valid
-    # keys, cast 1): how far rounding errors can accumulate (harness.correctness).
+    # keys, cast 1): how far rounding errors can accumulate (harness.trial.correctness).
     reduction_length: int
     notes: tuple[str, ...] = ()
 
@@ -300,7 +300,7 @@ class Workload:
     # The model a chunk workload runs (CHUNK_OP_KINDS; None for one op): variants derive theirs from it.
     module: torch.nn.Module | None = field(default=None, repr=False)
     # For a chunk workload: what earlier op-card runs adopted on the cards it contains, by card id
-    # (harness.rounds entries, `experiment.compose_from`), for a variant to compose them on the whole module.
+    # (harness.trial.rounds entries, `experiment.compose_from`), for a variant to compose them on the whole module.
     adopted: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     activations: tuple[str, ...] = ()  # the inputs that vary per call; every other input is a constant
     draw: int = 0  # which draw of the activations `inputs` holds (0: the card's own)
@@ -320,7 +320,7 @@ class Workload:
         float64 (the default) is exact enough for any variant and keeps CUDA from using TF32, so a GPU
         reference is as good as a CPU one. float32 is much faster for conv3d on a CPU, where it is
         plain IEEE float32; on CUDA a float32 reference follows the process's TF32 settings, so use
-        float64 there. harness.correctness holds every output to the float64 one.
+        float64 there. harness.trial.correctness holds every output to the float64 one.
         """
         if self._reference is None:
             raise WorkloadError(f"{self.op_kind}: this workload has no reference")

@@ -37,7 +37,7 @@ state): constants. A block does not batch calls.
 
 Each nn.Linear runs under a profiler scope naming its module (`SCOPE` + "attn1.to_q"): the report's
 fused QKV card (N = 15360) stands for diffusers' separate to_q / to_k / to_v, which have the shape of
-the 5120 x 5120 cards, so only the module tells them apart (harness.dit_chunks).
+the 5120 x 5120 cards, so only the module tells them apart (harness.trial.dit_chunks).
 
 Card shape parameters: `tokens` (the rank's M), `ranks`, `valid_keys`, `allocated_keys`, `text_tokens`,
 `grid` [frames, H / 16, W / 16] (the chunk's token grid, for the rotary embedding). Scaling shrinks

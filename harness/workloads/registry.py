@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
+from harness.api.optional import missing
 from harness.cards.ids import REPLAY
-from harness.optional import missing
 from harness.workloads import attention as _attention
 from harness.workloads import cast as _cast
 from harness.workloads import conv2d as _conv2d

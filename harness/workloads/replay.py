@@ -37,7 +37,7 @@ from typing import Any, Callable
 import torch
 
 from harness.cards.ids import REPLAY
-from harness.input_guard import InputGuard
+from harness.trial.input_guard import InputGuard
 from harness.workloads.base import (
     LAYOUT_DIMS,
     MEMORY_FORMATS,

@@ -1,6 +1,6 @@
 """vae_decode: the Wan 2.1 VAE decoder on one realtime chunk of latent frames, as the streaming decode runs it.
 
-A chunk card (harness.chunks) stands for the VAE decode of one chunk: `post_quant_conv` over the chunk's
+A chunk card (harness.trial.chunks) stands for the VAE decode of one chunk: `post_quant_conv` over the chunk's
 latent frames, then the decoder frame by frame, each frame reading and replacing the causal feature cache
 (`feat_cache`: the last two frames each causal conv saw) that the frames before it left, then the clamp to
 [-1, 1], exactly as diffusers' `AutoencoderKLWan._decode` does, except that the cache is carried over from

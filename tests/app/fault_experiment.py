@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from harness.experiment import Experiment
+from harness.api.experiment import Experiment
 from harness.workloads.base import Workload
 
 EXPERIMENT = Experiment(

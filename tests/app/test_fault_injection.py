@@ -20,7 +20,7 @@ import optuna
 import pytest
 
 from harness.cards.model import load_report
-from harness.worker import CardSession, TrialWorker, exit_reason, is_out_of_memory, one_line
+from harness.run.worker import CardSession, TrialWorker, exit_reason, is_out_of_memory, one_line
 
 REPO = Path(__file__).resolve().parents[2]
 STATUS_OF_FAULT = {"raise": "failed", "oom": "oom", "cuda_oom": "oom", "segfault": "crashed", "exit": "crashed",

@@ -1,4 +1,4 @@
-"""One summary over a Hydra multirun (harness.multirun): the sweep folder gets summary.md and report.html."""
+"""One summary over a Hydra multirun (harness.run.multirun): the sweep folder gets summary.md and report.html."""
 
 import json
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.multirun import find_jobs, first_table, write_multirun_summary
+from harness.run.multirun import find_jobs, first_table, write_multirun_summary
 from tests.app.test_run import TINY
 
 CARD = "vae-480-conv3d-96to3k333t3-842ecd"

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.auto import candidate_experiments, plan_auto
+from harness.api.experiment import ExperimentError, Prepared
 from harness.cards.diff import diff_cards
 from harness.cards.lint import lint_report
 from harness.cards.measures import card_time_us
 from harness.cards.model import load_report
 from harness.cards.rules import classify_report
-from harness.config_schema import ExperimentConfig, typed
-from harness.experiment import ExperimentError, Prepared
-from harness.overview import CardResult, render_end_to_end
-from harness.worker import TrialWorker
+from harness.config.schema import ExperimentConfig, typed
+from harness.report.overview import CardResult, render_end_to_end
+from harness.run.auto import candidate_experiments, plan_auto
+from harness.run.worker import TrialWorker
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -177,7 +177,7 @@ def test_a_cast_best_json_is_lint_clean_and_carries_its_shape_to_the_next_round(
 
 
 def test_the_plan_covers_every_card_of_the_shipped_report_and_of_another(report):
-    from harness.auto import plan_entries
+    from harness.run.auto import plan_entries
 
     configs = {p.stem: p for p in (CONF / "experiment").glob("*.yaml") if p.stem not in ("auto", "reprofile")}
     import yaml
@@ -235,7 +235,7 @@ def test_auto_runs_a_chunk_card_after_the_op_cards_that_predict_it(tmp_path, mon
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf, open_dict
 
-    import harness.auto as auto
+    import harness.run.auto as auto
 
     def composed(*overrides: str) -> dict:
         with initialize_config_dir(version_base=None, config_dir=str(CONF), job_name="test"):

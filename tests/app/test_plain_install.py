@@ -46,7 +46,7 @@ def test_the_shim_hides_the_optional_packages_as_if_never_installed(tmp_path):
         "        imported.append(n)\n"
         "    except ModuleNotFoundError:\n"
         "        pass\n"
-        "import torch, harness.experiment\n"  # what stays visible: the base install
+        "import torch, harness.api.experiment\n"  # what stays visible: the base install
         "print(json.dumps({'found': found, 'imported': imported,\n"
         "                  'torch': importlib.util.find_spec('torch') is not None}))\n"
     )

@@ -18,7 +18,7 @@ from harness.cards.lint import lint_report
 from harness.cards.model import load_report
 from harness.cards.noise import paired_verdict
 from harness.jobs import ConfirmPlan, TimingSettings, TrialJob, TrialResult, TrialStatus
-from harness.worker import CardSession, TrialWorker
+from harness.run.worker import CardSession, TrialWorker
 
 REPO = Path(__file__).resolve().parents[2]
 CARD = "dit-480-linear-m1170n5120k13824-ffde6a"

@@ -1,4 +1,4 @@
-"""Resuming and stopping, each test a trap a user fell into (harness.provenance, harness.stopping).
+"""Resuming and stopping, each test a trap a user fell into (harness.run.provenance, harness.run.stopping).
 
 1. README's resume recipe on another experiment's folder ran the default experiment into it, with exit 0,
    overwriting its outputs; a resume of a folder that did not exist started a fresh run.
@@ -27,7 +27,7 @@ import optuna
 import pytest
 
 from harness.cards.model import load_report
-from harness.provenance import (
+from harness.run.provenance import (
     IDENTITY_FILE,
     ResumeError,
     check_run_dir,
@@ -35,8 +35,8 @@ from harness.provenance import (
     first_difference,
     run_identity,
 )
+from harness.run.stopping import mark_stopped
 from harness.search import budget_trials, make_storage
-from harness.stopping import mark_stopped
 from tests.app.test_fault_injection import peak_cache  # noqa: F401  (a fixture: made-up CPU peaks)
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ import experiments.dit_small_m_batching as batching
 from harness.cards.lint import lint_report
 from harness.cards.model import load_report
 from harness.jobs import ConfirmPlan, TimingSettings, TrialJob
-from harness.rounds import applied_entry
-from harness.worker import CardSession, TrialWorker
+from harness.run.worker import CardSession, TrialWorker
+from harness.trial.rounds import applied_entry
 
 CARD = "dit-480-linear-m3n5120k256-ff7b7c"  # the M=3 time-embedding linear, K=256
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from harness import torch_state
 from harness.cards.model import load_report
+from harness.trial import torch_state
 
 TINY = ["workload.cpu_scale=0.08", "timing.budget_s=0.05", "timing.drift_budget_s=0.02", "timing.confirm_rounds=1"]
 
@@ -125,12 +125,12 @@ def test_bad_input_exits_2_with_one_line(tmp_path, overrides, message):
 
 
 def test_a_batched_time_is_restated_per_original_call():
-    """The one per-call rate formula (harness.measure.variant_facts), which the confirm's restated cards use."""
+    """The one per-call rate formula (harness.trial.measure.variant_facts), which the confirm's restated cards use."""
     from types import SimpleNamespace
 
-    from harness.experiment import Prepared
-    from harness.measure import variant_facts
+    from harness.api.experiment import Prepared
     from harness.profile.timing import TimingResult
+    from harness.trial.measure import variant_facts
 
     timing = TimingResult.from_samples([800.0], warmup=0, method="test")  # per invocation of 4 calls
     facts = variant_facts(Prepared(lambda: None, calls=4), SimpleNamespace(flops=2e9), timing)

@@ -196,7 +196,7 @@ def test_the_exhaustive_queue_order_follows_search_seed(tmp_path):
 
 
 def test_environment_is_complete_and_its_config_hash_ignores_how_results_are_shared():
-    from harness.environment import describe_environment
+    from harness.trial.environment import describe_environment
 
     base = {"search": {"n_trials": 4, "seed": 0}, "workload": {"seed": 0}}
     env = describe_environment("cpu", base)
@@ -212,7 +212,7 @@ def test_environment_is_complete_and_its_config_hash_ignores_how_results_are_sha
 
 @pytest.mark.gpu
 def test_environment_on_a_gpu_names_driver_device_and_clocks():
-    from harness.environment import describe_environment
+    from harness.trial.environment import describe_environment
 
     env = describe_environment("cuda", {})
     assert env["device_kind"] == "cuda" and env["device_name"] and env["cuda"] and env["compute_capability"]

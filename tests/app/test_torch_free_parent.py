@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.cards.chunk_breakdown import DIT_BLOCK, DIT_SCOPE
 from harness.cards.ids import parse_resolution
-from harness.chunk_breakdown import DIT_BLOCK, DIT_SCOPE
-from harness.config_schema import AttentionSettings, CastSettings
+from harness.config.schema import AttentionSettings, CastSettings
 from harness.workloads.attention import AttentionConfig
 from harness.workloads.base import parse_resolution as workloads_parse_resolution
 from harness.workloads.cast import CastConfig
@@ -23,7 +23,7 @@ from harness.workloads.dit_block import KIND, SCOPE
 
 REPO = Path(__file__).resolve().parents[2]
 # `python -m harness` in a process that refuses torch: a meta-path finder installed here, in the parent alone.
-# The worker child is started as `python -m harness.worker` and imports torch as it always does. Every attempt
+# The worker child is started as `python -m harness.trial` and imports torch as it always does. Every attempt
 # is refused and its stack printed, so an import the harness would survive (an optional one) fails the test too.
 REFUSE_TORCH = """
 import runpy, sys, traceback
@@ -48,11 +48,12 @@ def _run_without_torch(run_dir: Path, *overrides: str) -> subprocess.CompletedPr
 
 
 # The run's side (ARCHITECTURE: the process boundary is the spine): every module the app's process imports.
-PARENT_MODULES = ("harness.__main__", "harness.run", "harness.auto", "harness.card_search", "harness.run_state",
-                  "harness.outputs", "harness.provenance", "harness.stopping", "harness.multirun", "harness.selection",
-                  "harness.recipe", "harness.overview", "harness.descriptions", "harness.chunk_breakdown",
-                  "harness.applied", "harness.config_schema", "harness.validate", "harness.search",
-                  "harness.worker.client", "harness.report.html")
+PARENT_MODULES = ("harness.__main__", "harness.run.execute", "harness.run.auto", "harness.run.card_search",
+                  "harness.run.state", "harness.report.outputs", "harness.run.provenance", "harness.run.stopping",
+                  "harness.run.multirun", "harness.run.selection", "harness.report.recipe", "harness.report.overview",
+                  "harness.descriptions", "harness.cards.chunk_breakdown", "harness.cards.applied",
+                  "harness.config.schema", "harness.config.validate", "harness.search", "harness.run.worker",
+                  "harness.report.html")
 
 
 def test_the_run_side_modules_import_without_torch():
@@ -112,9 +113,9 @@ def test_the_worker_describes_what_the_run_needs():
     from harness.cards.lint import lint_report
     from harness.cards.model import load_report
     from harness.cards.rules import RuleSet, classify_report
-    from harness.chunks import add_chunk_cards
     from harness.descriptions import DescribeJob, Description, ExperimentError
-    from harness.worker.describe import describe
+    from harness.trial.chunks import add_chunk_cards
+    from harness.trial.describe import describe
 
     report = classify_report(lint_report(load_report()).normalized, RuleSet.from_config(None))
     job = DescribeJob(experiments={"run": ("experiments.vae_channels_last", "vae_channels_last"),
@@ -141,8 +142,8 @@ def test_the_worker_describes_what_the_run_needs():
 
 def test_a_worker_that_cannot_describe_the_run_is_one_error_line():
     from harness.descriptions import DescribeJob
-    from harness.run import RunError, describe
-    from harness.worker import TrialWorker
+    from harness.run.execute import RunError, describe
+    from harness.run.worker import TrialWorker
 
     worker = TrialWorker(startup_timeout_s=0.01)  # no child imports torch that fast
     try:

@@ -1,6 +1,6 @@
 """Config validation before anything is measured: one `error:` line, exit 2, no trial written.
 
-Most cases compose the config the way `python -m harness` does (harness.validate.compose_checked: no
+Most cases compose the config the way `python -m harness` does (harness.config.validate.compose_checked: no
 torch work, no subprocess), where a value the schema's type rejects fails as Hydra composes it; a few
 go through `python -m harness` to check what the user sees: one line on stderr, exit status 2, and no
 trials/ folder.
@@ -16,9 +16,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from harness.config_schema import bounded, one_of
-from harness.search import SearchError, make_storage
-from harness.validate import (
+from harness.config.schema import bounded, one_of
+from harness.config.validate import (
     CONF_DIR,
     ConfigError,
     check_creatable,
@@ -29,6 +28,7 @@ from harness.validate import (
     validate_config,
     value_problem,
 )
+from harness.search import SearchError, make_storage
 
 CARD = "vae-480-conv3d-16to16k111t3-9507c7"
 
@@ -36,7 +36,7 @@ CARD = "vae-480-conv3d-16to16k111t3-9507c7"
 @pytest.mark.parametrize("experiment", sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml")))
 def test_every_shipped_experiment_config_is_valid(experiment):
     config, run_dir = compose_checked([f"experiment={experiment}"])
-    validate_config(config)  # what harness.run.execute checks again
+    validate_config(config)  # what harness.run.execute.execute checks again
     assert Path(run_dir).parent == Path("outputs") / experiment
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from harness.cards.lint import lint_report
 from harness.cards.model import load_report
-from harness.chunks import add_chunk_cards
+from harness.trial.chunks import add_chunk_cards
 from tests.capture.models import WAN_BLOCK, WAN_LATENT
 
 pytest.importorskip("diffusers")

@@ -254,13 +254,13 @@ def test_hydra_unknown_key_suggests_the_closest(tmp_path, capsys):
                                           ("timing.budget", "timing.budget_s"), ("n_trials", "search.n_trials"),
                                           ("search.zzz", None)])
 def test_the_closest_known_key(typed, meant):
-    from harness.validate import closest_key
+    from harness.config.validate import closest_key
 
     assert closest_key(typed) == meant
 
 
 def test_validate_names_the_closest_key_of_a_key_added_with_plus():
-    from harness.validate import problems
+    from harness.config.validate import problems
 
     cfg = {"search": {"ntrials": 3}, "timing": {}, "workload": {}, "experiment": {}}
     assert any(p.startswith("unknown key search.ntrials (did you mean search.n_trials? known: ") for p in problems(cfg))

@@ -13,7 +13,7 @@ from harness.cards.lint import normalize
 from harness.cards.model import Kernel
 from harness.cards.noise import paired_verdict
 from harness.cards.rules import classify_card
-from harness.overview import CardResult, render_end_to_end
+from harness.report.overview import CardResult, render_end_to_end
 
 CARD = "dit-480-linear-m1170n5120k13824-ffde6a"
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 import yaml
 
-from harness.correctness import Rule, Standard, check_output, judge_baseline
-from harness.experiment import VariantSkipped, load_experiment
+from harness.api.experiment import VariantSkipped, load_experiment
+from harness.trial.correctness import Rule, Standard, check_output, judge_baseline
 from harness.workloads import CastConfig, build_workload
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "experiment"
@@ -277,7 +277,7 @@ def test_config_names_registered_variants_and_applicable_cards(name, experiment,
         assert variant in experiment.variants and variant != experiment.baseline_name
         fn = experiment.variants[variant]
         assert set(params) <= set(inspect.signature(fn).parameters)
-    from harness.selection import select_cards
+    from harness.run.selection import select_cards
 
     chosen = select_cards(seed_report, None, experiment, conf["default_cards"], "cpu")
     assert chosen and all(experiment.applies_to(card.op_kind) for card in chosen)

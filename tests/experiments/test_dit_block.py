@@ -1,4 +1,4 @@
-"""DiT block chunk cards (harness.dit_chunks) and the dit_block experiment: derivation from the report,
+"""DiT block chunk cards (harness.trial.dit_chunks) and the dit_block experiment: derivation from the report,
 attribution of the profiled ops, variants held to the float64 reference, a planted wrong block caught."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import pytest
 import torch
 import yaml
 
+from harness.api.experiment import VariantSkipped, load_experiment
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, Kernel, load_report
 from harness.cards.rules import RuleSet, classify_report
-from harness.chunks import OTHER, add_chunk_cards, attribute, op_breakdown
-from harness.correctness import Rule, judge_baseline
-from harness.experiment import VariantSkipped, load_experiment
 from harness.profile.cpu import CpuProfiler
-from harness.selection import select_cards
+from harness.run.selection import select_cards
+from harness.trial.chunks import OTHER, add_chunk_cards, attribute, op_breakdown
+from harness.trial.correctness import Rule, judge_baseline
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "experiment"
 BLOCK = load_experiment("experiments.dit_block")

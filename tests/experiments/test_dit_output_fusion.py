@@ -14,12 +14,12 @@ import torch.nn.functional as F
 
 import experiments.dit_output_fusion as fusion
 from experiments.dit_output_fusion import chain
+from harness.api.experiment import Experiment, ExperimentError, VariantSkipped
 from harness.cards.lint import lint_report
 from harness.cards.rules import classify_report
-from harness.correctness import Rule, judge_baseline
-from harness.experiment import Experiment, ExperimentError, VariantSkipped
-from harness.selection import SelectionError, apply_rule
-from harness.trial_spec import TrialSpec, build_trial_workload
+from harness.run.selection import SelectionError, apply_rule
+from harness.trial.build import TrialSpec, build_trial_workload
+from harness.trial.correctness import Rule, judge_baseline
 from harness.workloads import build_workload
 from tests.triton_helpers import compile_for_hopper, interpreter_results
 
@@ -219,7 +219,7 @@ _INTERPRETER_SCRIPT = r"""
 import json, math, torch
 from experiments.dit_output_fusion.chain import EPS, chain_reference
 from experiments.dit_output_fusion.kernel import fused_head
-from harness.correctness import check_output
+from harness.trial.correctness import check_output
 
 cases = [  # rows, K, frames, BLOCK_M, BLOCK_K
     (48, 200, 3, 16, 64),   # K not a multiple of BLOCK_K: a partial last slab in both passes
@@ -259,10 +259,10 @@ def test_fused_triton_kernel_in_the_interpreter():
 def test_fused_kernel_compiles_for_hopper_in_bf16_within_the_launch_estimate():
     """Ahead-of-time sm_90 compile (Triton's bundled ptxas, no GPU) of the space's largest tile in bf16, the
     dtype the interpreter cannot check: bf16 tensor-core MMAs, and no more shared memory than the launch
-    check (harness.tiles) assumed, so a tile it lets through does not fail at launch for shared memory."""
+    check (harness.api.tiles) assumed, so a tile it lets through does not fail at launch for shared memory."""
     pytest.importorskip("triton")
     from experiments.dit_output_fusion import kernel
-    from harness.tiles import HOPPER, TileConfig, launch_problem
+    from harness.api.tiles import HOPPER, TileConfig, launch_problem
 
     block_m, block_k, stages, warps = 64, 256, 3, 8
     config = TileConfig(block_m, 64, block_k, 1, stages, warps)

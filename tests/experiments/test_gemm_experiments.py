@@ -23,18 +23,18 @@ import torch.nn.functional as F
 from experiments import dit_gemm_tiles as tiles
 from experiments import dit_small_m_batching as small_m
 from experiments.dit_gemm_tiles import kernel
-from harness import tiles as tile_math
+from harness.api import tiles as tile_math
+from harness.api.experiment import VariantSkipped
 from harness.cards.model import Card, Kernel
 from harness.cards.rules import RuleSet
-from harness.correctness import Rule, check_output, judge_baseline
-from harness.experiment import VariantSkipped
-from harness.measure import TimingSettings, measure
 from harness.profile.occupancy import SmLimits
+from harness.trial.correctness import Rule, check_output, judge_baseline
+from harness.trial.measure import TimingSettings, measure
 from harness.workloads import batch_for, build_workload
 from tests.triton_helpers import compile_for_hopper, interpreter_results
 
 # A fixed bound for these checks against the baseline's output; a run derives its bound per card from the
-# float64 reference (harness.correctness, tests/test_correctness.py).
+# float64 reference (harness.trial.correctness, tests/test_correctness.py).
 TOLERANCE = 1.0e-2
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -202,8 +202,8 @@ import json, math, sys
 import torch, torch.nn.functional as F
 from experiments import dit_gemm_tiles as tiles
 from experiments.dit_gemm_tiles import kernel
-from harness import tiles as tile_math
-from harness.correctness import check_output
+from harness.api import tiles as tile_math
+from harness.trial.correctness import check_output
 
 cases = [
     (3, 256, 128, (16, 64, 32, 8, 2, 4)),    # M=3 in a 16-row tile

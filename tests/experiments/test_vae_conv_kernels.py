@@ -23,10 +23,10 @@ import torch.nn.functional as F
 import experiments.vae_conv_kernels as vc
 from experiments.vae_conv_kernels.im2col import im2col_conv3d
 from experiments.vae_conv_kernels.kernel import ConvGemm
+from harness.api.experiment import VariantSkipped
+from harness.api.tiles import HOPPER, TileConfig, executed_flops, launch_problem
 from harness.cards.model import Card, Kernel
-from harness.correctness import Rule, Standard, judge_baseline
-from harness.experiment import VariantSkipped
-from harness.tiles import HOPPER, TileConfig, executed_flops, launch_problem
+from harness.trial.correctness import Rule, Standard, judge_baseline
 from harness.workloads import batch_for, build_workload
 from tests.triton_helpers import compile_for_hopper, interpreter_results
 
@@ -308,8 +308,8 @@ _INTERPRETER_SCRIPT = r"""
 import json, math
 import torch, torch.nn.functional as F
 from experiments.vae_conv_kernels.kernel import ConvGemm, triton_conv3d
-from harness.correctness import check_output
-from harness.tiles import TileConfig
+from harness.trial.correctness import check_output
+from harness.api.tiles import TileConfig
 from harness.workloads.conv3d import output_extent
 
 def shape_of(x, w, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1, 1, 1)):

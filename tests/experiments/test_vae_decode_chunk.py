@@ -1,4 +1,4 @@
-"""Chunk cards (harness.chunks) and the vae_decode_chunk experiment: derivation from the report, attribution
+"""Chunk cards (harness.trial.chunks) and the vae_decode_chunk experiment: derivation from the report, attribution
 of the profiled ops, op_breakdown, the prediction from op cards, variants and a run end to end."""
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import torch
 import torch.nn.functional as F
 import yaml
 
+from harness.api.experiment import VariantSkipped, load_experiment
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, Kernel, load_report
 from harness.cards.rules import RuleSet, classify_report
-from harness.chunks import OTHER, add_chunk_cards, attribute, op_breakdown, predicted_speedup
-from harness.correctness import Rule, judge_baseline
-from harness.experiment import VariantSkipped, load_experiment
 from harness.profile.base import WorkloadFacts
 from harness.profile.cpu import CpuProfiler
-from harness.selection import select_cards
+from harness.run.selection import select_cards
+from harness.trial.chunks import OTHER, add_chunk_cards, attribute, op_breakdown, predicted_speedup
+from harness.trial.correctness import Rule, judge_baseline
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "experiment"
 CHUNK = load_experiment("experiments.vae_decode_chunk")
@@ -166,7 +166,7 @@ def test_composed_applies_what_the_op_card_runs_adopted(tiny, report, monkeypatc
     import dataclasses
 
     from harness.cards.model import Report
-    from harness.rounds import adopted_by_card
+    from harness.trial.rounds import adopted_by_card
 
     conv = "vae-480-conv3d-96to96k333t6-13c157"
     kept = report.card(conv)

@@ -14,14 +14,14 @@ import pytest
 
 import harness.profile.ncu_backend as backend
 from harness.cards.model import load_report
-from harness.outputs import render_summary
 from harness.profile import registry
 from harness.profile.base import WorkloadFacts
 from harness.profile.ncu import command, probe
 from harness.profile.ncu.failures import NcuFailure, detect
 from harness.profile.ncu.importer import cards_from_ncu
 from harness.profile.ncu.metrics import SENTINEL_METRIC, is_attribute, metrics_for, resolve_metrics
-from harness.trial_spec import TrialSpec
+from harness.report.outputs import render_summary
+from harness.trial.build import TrialSpec
 
 VERSION_OUTPUT = """\
 NVIDIA (R) Nsight Compute Command Line Profiler

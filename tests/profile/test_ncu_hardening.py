@@ -36,7 +36,7 @@ from harness.profile.ncu.parse import (
 )
 from harness.profile.ncu.runner import run_command
 from harness.profile.ncu.units import to_report_unit
-from harness.trial_spec import TrialSpec
+from harness.trial.build import TrialSpec
 from tests.processes import alive, wait_dead
 
 REPO = Path(__file__).resolve().parents[2]

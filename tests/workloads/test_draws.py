@@ -253,7 +253,7 @@ def test_batch_for_finds_the_batch_the_variant_built_and_only_that():
     assert batch_for(w, 4) is batch
     with pytest.raises(BatchError, match="Prepared.calls=2"):
         batch_for(w, 2)
-    carried = dataclasses.replace(w)  # as harness.rounds.carry makes one: its own batches
+    carried = dataclasses.replace(w)  # as harness.trial.rounds.carry makes one: its own batches
     assert carried.batches == {}
     with pytest.raises(BatchError):
         batch_for(carried, 4)

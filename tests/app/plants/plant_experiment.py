@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from harness.experiment import Experiment, Prepared
+from harness.api.experiment import Experiment, Prepared
 from harness.workloads.base import Workload
 
 EXPERIMENT = Experiment(name="plants", op_kinds=("linear",), check="effective_flops",

@@ -7,7 +7,7 @@ slower, `no_bias` is faster but wrong (the bias dropped).
 
 import torch.nn.functional as F
 
-from harness.experiment import Experiment
+from harness.api.experiment import Experiment
 from my_experiments import planted_checks  # noqa: F401  registers time_halved
 
 EXPERIMENT = Experiment(

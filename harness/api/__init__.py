@@ -1,0 +1,1 @@
+"""What an experiment module imports: Experiment and its variants, tiles, Triton, torch.compile, optional packages."""

@@ -1,0 +1,1 @@
+"""The config: its dataclasses (schema) and the checks before measuring."""

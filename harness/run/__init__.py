@@ -1,0 +1,1 @@
+"""The run's side (the parent process): it never imports torch."""

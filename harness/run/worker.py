@@ -1,0 +1,357 @@
+"""Trial isolation: a persistent worker process measures the variants, so a bad one cannot end the run.
+
+A sweep runs variants nobody has run before; some segfault, raise, run out of memory or hang. The
+parent (the Hydra app, which owns Optuna, the storage and the outputs) never calls a variant itself:
+one worker child (`python -m harness.trial`, harness/trial/__main__.py) does, and answers each request
+with one JSON line on a private pipe. The parent waits for the answer under a deadline (`search.trial_deadline_s`):
+
+- an exception in the variant: the answer says `ExceptionType: message`; the child stays up;
+- out of memory (torch.OutOfMemoryError, MemoryError, a CPU allocator's "can't allocate memory"):
+  `out of memory: ...`, the child frees the CUDA cache and stays up;
+- the child dies (a segfault, the OOM killer, kill -9, os._exit): the parent names the signal or exit
+  status and starts a new child for the next request;
+- no answer by the deadline: the parent kills the child's process group (SIGKILL) and starts a new one.
+
+The child is started once per process (importing torch costs seconds; one child serves every run of
+the process, e.g. experiment=auto's sub-runs, logging to each run's folder) and again only after it
+died, was killed, or hit a CUDA error that leaves its context unusable. It is also where the run learns
+what it needs of the torch side before measuring (the device, the experiment's variants, the profiler,
+the report's chunk cards: harness.descriptions), so the parent never imports torch. The deadline covers every
+request: the baseline, each trial, the drift re-time after it and the confirm rounds. It
+rebuilds a card's workload from the same spec the ncu child gets and keeps it, with the experiment's
+prepared baseline and the correctness reference, until a request for another card comes, so the
+trials of one card pay the set-up once. Every output is judged against the workload's float64
+reference (harness.trial.correctness), computed once per card when the baseline is measured and saved, with
+the baseline's own error e_b and dtype, as trials/<card>/reference.pt; a new child loads it instead of
+recomputing it, so the trials after a restart are held to the same standard. The child writes every
+card it measures itself (atomically), so what was measured is on disk before the parent hears of it.
+
+The child ignores SIGINT and runs in its own session: Ctrl-C reaches the parent only, which kills
+the child. It dies with the parent (PR_SET_PDEATHSIG on Linux, else a watchdog thread). Its stdout
+and stderr go to `worker.log` in the run directory (faulthandler writes a crashed child's Python
+stack there). `search.worker_memory_limit_gb` caps the child's address space (RLIMIT_AS, Linux, CPU
+device only, from its first CPU job on) so a runaway CPU variant fails with an allocation error instead of
+taking the machine.
+
+This module is the run's side of it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from harness.descriptions import DescribeJob, Description
+from harness.jobs import ConfirmPlan, JobKind, TimingSettings, TrialJob, TrialResult, TrialStatus
+from harness.protocol import (
+    ENV_CPU_THREADS,
+    ENV_LOG,
+    ENV_MEMORY_LIMIT,
+    ENV_PARENT,
+    STARTUP_TIMEOUT_S,
+    TrialFailed,
+    WorkerError,
+    exit_reason,
+)
+
+if TYPE_CHECKING:  # annotations only: the worker child imports this package, and needs no Hydra
+    from harness.config.schema import HarnessConfig
+
+log = logging.getLogger("harness")
+
+
+class TrialWorker:
+    """Owns one worker child; starts it on the first request and again after it died or was killed."""
+
+    def __init__(self, *, log_path: Path | None = None, pid_path: Path | None = None,
+                 memory_limit_gb: float | None = None, cpu_threads: int | None = None,
+                 startup_timeout_s: float = STARTUP_TIMEOUT_S):
+        self.log_path = log_path
+        self.pid_path = pid_path
+        self.memory_limit_gb = memory_limit_gb
+        self.cpu_threads = cpu_threads
+        self.startup_timeout_s = startup_timeout_s
+        self.startups: list[float] = []  # wall seconds from spawn to "ready", per start
+        self.torch_threads: int | None = None  # what the running child's torch uses
+        self._proc: subprocess.Popen | None = None
+        self._send: int | None = None
+        self._recv: int | None = None
+        self._buffer = b""
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def use_run_dir(self, run_dir: Path) -> None:
+        """Log to run_dir/worker.log and name the pid in run_dir/worker.pid from now on."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path, self.pid_path = run_dir / "worker.log", run_dir / "worker.pid"
+        if self.pid is not None:
+            self.pid_path.write_text(f"{self.pid}\n", encoding="ascii")
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def start(self) -> float:
+        """Start a child and wait until it can take requests; the seconds that took."""
+        self.kill()
+        t0 = time.perf_counter()
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        env = dict(os.environ)
+        # The child imports what the parent imports: the parent's module search path, in its order.
+        paths = [p or os.getcwd() for p in sys.path]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if os.path.isdir(p)))
+        env[ENV_PARENT] = str(os.getpid())
+        env[ENV_LOG] = str(self.log_path) if self.log_path is not None else ""
+        env.pop(ENV_MEMORY_LIMIT, None)
+        if self.memory_limit_gb:
+            env[ENV_MEMORY_LIMIT] = str(float(self.memory_limit_gb))
+        env.pop(ENV_CPU_THREADS, None)
+        if self.cpu_threads:
+            env[ENV_CPU_THREADS] = str(int(self.cpu_threads))
+        log_file = open(self.log_path, "ab") if self.log_path is not None else None  # noqa: SIM115
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "harness.trial", str(to_child_r), str(from_child_w)],
+                pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
+                stdout=log_file if log_file else None, stderr=subprocess.STDOUT if log_file else None,
+                start_new_session=True, env=env, close_fds=True,
+            )
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
+            if log_file is not None:
+                log_file.close()
+        self._send, self._recv, self._buffer = to_child_w, from_child_r, b""
+        line = self._read_line(time.monotonic() + self.startup_timeout_s)
+        hello = json.loads(line) if line is not None else {}
+        if not hello.get("ready"):
+            why = (f"no answer after {self.startup_timeout_s:g} s" if self._proc.poll() is None
+                   else exit_reason(self._proc.returncode))
+            self.kill()
+            raise WorkerError(f"the worker process could not start ({why}){self._log_tail()}")
+        seconds = time.perf_counter() - t0
+        self.startups.append(seconds)
+        self.torch_threads = hello.get("torch_threads")
+        if self.pid_path is not None:
+            self.pid_path.write_text(f"{self._proc.pid}\n", encoding="ascii")
+        log.info("worker process %d ready in %.1f s", self._proc.pid, seconds)
+        return seconds
+
+    def kill(self) -> None:
+        """SIGKILL the child and everything it started (its own process group); forget it and its pid file."""
+        proc, self._proc = self._proc, None
+        if self.pid_path is not None:
+            self.pid_path.unlink(missing_ok=True)
+        for fd in (self._send, self._recv):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._send = self._recv = None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                proc.kill()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not take 10 s
+            pass
+
+    def close(self) -> None:
+        """Ask the child to exit (it sees the pipe close); kill it if it does not go within 5 s."""
+        proc = self._proc
+        if proc is None:
+            return
+        if self._send is not None:
+            try:
+                os.close(self._send)
+            except OSError:
+                pass
+            self._send = None
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def request(self, job: TrialJob, deadline_s: float | None) -> TrialResult:
+        """Send one job and wait for its result; a crash or a missed deadline is a result too.
+
+        Raises WorkerError only when no child can be started; KeyboardInterrupt kills the child.
+        """
+        reply = self._exchange(job.to_json(), deadline_s)
+        if isinstance(reply, TrialResult):
+            return reply
+        result = TrialResult.from_json(reply)
+        if result.restart:
+            self.kill()
+            result = replace(result, reason=result.reason + "; worker restarted (the CUDA context is unusable "
+                             "after this error)")
+        return result
+
+    def describe(self, job: DescribeJob, deadline_s: float | None) -> Description:
+        """What the run needs of the torch side (harness.descriptions), from the child; WorkerError, with why,
+        when it cannot answer (it could not start, died, missed the deadline, or describing failed)."""
+        reply = self._exchange(job.to_json(), deadline_s)
+        if isinstance(reply, TrialResult) or "status" in reply:  # the child's own failure is a TrialResult too
+            failed = reply if isinstance(reply, TrialResult) else TrialResult.from_json(reply)
+            raise WorkerError(f"the worker could not describe the run: {failed.reason}{self._log_tail()}")
+        return Description.from_json(reply)
+
+    def _exchange(self, request: dict[str, Any], deadline_s: float | None) -> dict[str, Any] | TrialResult:
+        """Send one request and read its answer (a JSON object); no answer is a CRASHED or DEADLINE result."""
+        if self._proc is None or self._proc.poll() is not None:
+            if self._proc is not None:
+                self.kill()
+            self.start()
+        assert self._proc is not None and self._send is not None
+        log_path = str(self.log_path) if self.log_path is not None else None
+        message = (json.dumps({"log_path": log_path, "job": request}) + "\n").encode()
+        until = None if deadline_s is None else time.monotonic() + float(deadline_s)
+        try:
+            try:
+                view = memoryview(message)
+                while view:
+                    view = view[os.write(self._send, view):]
+            except (BrokenPipeError, OSError):
+                line = None
+            else:
+                line = self._read_line(until)
+        except BaseException:  # Ctrl-C (or anything else) mid-request: the child is in an unknown state
+            self.kill()
+            raise
+        if line is not None:
+            return cast("dict[str, Any]", json.loads(line))
+        proc = self._proc
+        if proc.poll() is None and until is not None and time.monotonic() >= until:
+            assert deadline_s is not None  # until was set from it
+            self.kill()
+            return TrialResult(TrialStatus.DEADLINE, reason=f"deadline: no result after {float(deadline_s):g} s "
+                               "(search.trial_deadline_s); the worker was killed")
+        try:
+            proc.wait(timeout=10)  # the pipe closed: the child is exiting
+        except subprocess.TimeoutExpired:
+            pass
+        reason = exit_reason(proc.poll())
+        self.kill()
+        return TrialResult(TrialStatus.CRASHED, reason=reason)
+
+    def _read_line(self, until: float | None) -> bytes | None:
+        """The next line from the child; None at end of file, child exit or `until` (monotonic)."""
+        assert self._recv is not None and self._proc is not None
+        while b"\n" not in self._buffer:
+            wait = 1.0 if until is None else max(0.0, min(1.0, until - time.monotonic()))
+            ready, _, _ = select.select([self._recv], [], [], wait)
+            if ready:
+                chunk = os.read(self._recv, 1 << 16)
+                if not chunk:
+                    return None
+                self._buffer += chunk
+            elif self._proc.poll() is not None:
+                return None
+            elif until is not None and time.monotonic() >= until:
+                return None
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def _log_tail(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        lines = [s for s in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines() if s.strip()]
+        return f": {lines[-1].strip()[:300]}" if lines else ""
+
+
+_WORKER: TrialWorker | None = None
+
+
+def worker_for(cfg: HarnessConfig, device: str | None = None) -> TrialWorker:
+    """This process's worker, with the run's limits: `timing.cpu_threads` for a CPU device, and
+    `search.worker_memory_limit_gb` (Linux), which the child applies from its first CPU job on.
+
+    `device`: the run's, once described (before: the configured one, so `device=auto` takes the CPU's
+    threads until the worker has resolved it). One worker serves every run of the process (experiment=auto
+    runs one per experiment), so its start-up is paid once; other limits start a new one. A run points it
+    at its folder (`TrialWorker.use_run_dir`) once the folder is claimed.
+    """
+    global _WORKER
+    on = device or cfg.device
+    limits = (cfg.search.worker_memory_limit_gb if sys.platform.startswith("linux") else None,
+              None if on.startswith("cuda") else cfg.timing.cpu_threads)
+    if _WORKER is not None and (_WORKER.memory_limit_gb, _WORKER.cpu_threads) != limits:
+        close_worker()
+    if _WORKER is None:
+        _WORKER = TrialWorker(memory_limit_gb=limits[0], cpu_threads=limits[1])
+    return _WORKER
+
+
+def warn_unused_memory_limit(cfg: HarnessConfig, device: str) -> None:
+    """Say so when search.worker_memory_limit_gb cannot hold on this run's device or system."""
+    if cfg.search.worker_memory_limit_gb is not None and (not device.startswith("cpu")
+                                                          or not sys.platform.startswith("linux")):
+        log.warning("search.worker_memory_limit_gb is ignored here: it needs Linux (RLIMIT_AS) and the CPU "
+                    "device (CUDA reserves more address space than any such limit)")
+
+
+@atexit.register
+def close_worker() -> None:
+    """End this process's worker (at exit, or when a run needs a differently limited one)."""
+    global _WORKER
+    worker, _WORKER = _WORKER, None
+    if worker is not None:
+        worker.close()
+
+
+class CardSession:
+    """The requests of one card: each a TrialJob made from the card's own (so a new child can rebuild it)."""
+
+    def __init__(self, worker: TrialWorker, job: TrialJob, deadline_s: float | None):
+        self.worker = worker
+        self.job = job
+        self.deadline_s = deadline_s
+
+    def measure(self, *, role: str, variant: str, params: dict[str, Any], label: dict[str, Any],
+                card_path: Path, extra: dict[str, Any] | None = None) -> TrialResult:
+        job = self.job.for_trial(variant, params, role, kind=JobKind.MEASURE, label=label,
+                                 card_path=str(card_path), extra=extra or {})
+        return self.worker.request(job, self.deadline_s)
+
+    def retime(self, settings: TimingSettings) -> TrialResult:
+        return self.worker.request(replace(self.job, kind=JobKind.RETIME, role="drift", retime=settings),
+                                   self.deadline_s)
+
+    def confirm(self, plan: ConfirmPlan) -> TrialResult:
+        return self.worker.request(replace(self.job, kind=JobKind.CONFIRM, role="confirm", confirm=plan),
+                                   self.deadline_s)
+
+
+class _QuietTrialFailures(logging.Filter):
+    """Optuna logs a failed trial's exception with its traceback. A TrialFailed is a recorded outcome
+    (the objective logged its one-line reason) and a KeyboardInterrupt is the app's to report."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], (TrialFailed, KeyboardInterrupt)):
+            return False
+        return not record.getMessage().endswith("failed with value None.")
+
+
+def quiet_trial_failures() -> None:
+    optimize_logger = logging.getLogger("optuna.study._optimize")
+    if not any(isinstance(f, _QuietTrialFailures) for f in optimize_logger.filters):
+        optimize_logger.addFilter(_QuietTrialFailures())

@@ -1,0 +1,48 @@
+"""A trial as one typed spec, and the trial rebuilt from it: the card's workload and the callable to run.
+
+The run (harness.run.card_search) makes one `TrialSpec` per card and sends it as JSON; the worker and the ncu
+child (harness.profile.ncu_child) rebuild the same trial from it. The spec carries the card itself, as
+the run has it (a chunk card derived from the report, a round-2 card from best.json), so no child
+re-reads or re-lints the report. `applied` lists the variants earlier rounds adopted on the card
+(harness.trial.rounds): they decide the baseline and the inputs the variants start from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from harness.api.experiment import Experiment, Prepared, load_experiment
+from harness.cards.applied import built_dtype
+from harness.cards.model import Card
+from harness.jobs import TrialJob
+from harness.trial.rounds import carry, round_baseline
+from harness.workloads.attention import AttentionConfig
+from harness.workloads.base import Workload
+from harness.workloads.cast import CastConfig
+from harness.workloads.registry import build_for_card
+
+# The ncu backend and the tests name the job by its old name.
+TrialSpec = TrialJob
+
+
+def build_trial_workload(spec: TrialJob, card: Card, experiment: Experiment) -> tuple[Workload, Workload]:
+    """(the card's workload as built, the same with the applied variants' carries): the baseline of a
+    later round is prepared on the first, every variant on the second. "As built" includes the
+    experiment's `workload` hook (Experiment.measured_workload), so worker and ncu child measure the same."""
+    applied = spec.applied
+    dtype = built_dtype(card.shape_parameters, applied, experiment.workload_dtype)
+    # The run put a cast card's frame count, which only the report's pair of cast cards tells, into spec.cast.
+    workload = build_for_card(
+        card, device=spec.device, dtype=dtype, scale=spec.scale, seed=spec.seed,
+        inputs_dir=spec.inputs_dir, attention=AttentionConfig(**spec.attention), cast=CastConfig(**spec.cast),
+    )
+    workload = experiment.measured_workload(replace(workload, adopted=spec.adopted))
+    return workload, carry(workload, applied)
+
+
+def prepare_baseline(spec: TrialJob, workload: Workload, experiment: Experiment) -> tuple[Prepared, Workload]:
+    """The experiment's baseline; on a card with applied variants, the last of them (round 2 reproduces round
+    1); and the workload it was prepared on."""
+    if spec.applied:
+        return round_baseline(workload, spec.applied, load_experiment)
+    return experiment.prepare(str(experiment.baseline_name), workload, {}), workload

@@ -1,0 +1,85 @@
+"""The worker child's answer to a `DescribeJob` (harness.descriptions): what the run's side needs of the
+experiment modules, the device, the profiler backends and the workloads, none of which it imports itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.cards.model import Card, Report, parse_report
+from harness.descriptions import DescribeJob, Description, ExperimentFacts
+from harness.errors import HarnessError
+from harness.protocol import one_line
+
+
+def describe(job: DescribeJob) -> Description:
+    """Every part `job` asks for; what cannot be described is answered with why, in one line."""
+    from harness.trial.environment import describe_environment, resolve_device
+
+    device, device_error = None, None
+    if job.device is not None:
+        try:
+            device = resolve_device(job.device)
+        except ValueError as exc:
+            device_error = str(exc)
+    experiments: dict[str, ExperimentFacts] = {}
+    errors: dict[str, str] = {}
+    for label, (module, name) in job.experiments.items():
+        try:
+            experiments[label] = experiment_facts(module, name, device)
+        except HarnessError as exc:
+            errors[label] = str(exc)
+        except Exception as exc:  # an experiment module that raises as it is imported (a user's, mid-edit)
+            errors[label] = f"experiment module {module!r} cannot be imported: {one_line(exc)}"
+    environment = describe_environment(device, job.config) if device is not None and job.config is not None else {}
+    profiler, notes, profiler_error = _profiler(job.profiler, device)
+    derived = _derived(job.report) if job.report is not None else {}
+    return Description(experiments=experiments, experiment_errors=errors, device=device, device_error=device_error,
+                       environment=environment, profiler=profiler, profiler_notes=notes,
+                       profiler_error=profiler_error, **derived)
+
+
+def experiment_facts(module: str, expected_name: str | None, device: str | None) -> ExperimentFacts:
+    """The module's experiment as the run's side knows it; its needs judged on `device` (none unmet without one)."""
+    from harness.api.experiment import load_experiment
+    from harness.cards.checks import check_named
+
+    experiment = load_experiment(module, expected_name=expected_name)
+    assert experiment.baseline_name is not None  # load_experiment refuses an experiment without a baseline
+    return ExperimentFacts(
+        name=experiment.name, module=module, op_kinds=tuple(experiment.op_kinds), classes=tuple(experiment.classes),
+        hypothesis=experiment.hypothesis, check=experiment.check, check_module=check_named(experiment.check).module,
+        baseline_name=experiment.baseline_name, variants=experiment.parameters(),
+        unmet=experiment.unmet_needs(device) if device is not None else {}, metric_set=experiment.metric_set,
+        workload_dtype=experiment.workload_dtype)
+
+
+def _profiler(section: dict[str, Any] | None, device: str | None) -> tuple[str | None, list[str], str | None]:
+    """(the backend `section` means on `device`, the notes of a fallback, why it cannot be made)."""
+    if section is None or device is None:
+        return None, [], None
+    from harness.profile import registry
+    from harness.profile.base import ProfilerUnavailable
+
+    try:
+        name, notes = registry.resolve(section, device)
+        registry.make(name, section)  # a backend that cannot run here says so now, before any card
+    except (registry.UnknownProfiler, ProfilerUnavailable) as exc:
+        return None, [], str(exc)
+    return name, notes, None
+
+
+def _derived(obj: dict[str, Any]) -> dict[str, Any]:
+    """What only the workloads derive from a normalized report: its chunk cards (harness.trial.chunks), each output
+    cast card's frame count from its report pair, and the op kinds of its cards this install cannot build."""
+    from harness.trial.chunks import add_chunk_cards
+    from harness.workloads.registry import cast_frames_from_report, unavailable
+
+    report = parse_report(obj, "the run's report")
+    known = {card.id for card in report.cards}
+    with_chunks = add_chunk_cards(Report(cards=list(report.cards)))
+    chunk_cards: list[Card] = [card for card in with_chunks.cards if card.id not in known]
+    frames = {card.id: cast_frames_from_report(card, report) for card in report.cards if card.op_kind == "cast"}
+    kinds = sorted({card.op_kind for card in with_chunks.cards})
+    missing = {kind: why for kind in kinds if (why := unavailable(kind)) is not None}
+    return {"chunk_cards": [card.to_dict() for card in chunk_cards],
+            "cast_frames": {card_id: n for card_id, n in frames.items() if n is not None}, "unavailable": missing}

@@ -1,0 +1,255 @@
+"""The worker child's answer to each trial job's kind (harness.jobs.JobKind): measure, retime, confirm, on
+the card harness.trial.server keeps; `answer` runs one and turns every failure into a TrialResult. (A
+describe job is harness.trial.describe's.)"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from harness.jobs import (
+    BASELINE,
+    JobKind,
+    Judgement,
+    SideRounds,
+    TimingSettings,
+    TrialJob,
+    TrialResult,
+    TrialStatus,
+    per_call,
+)
+from harness.protocol import is_out_of_memory, one_line
+from harness.trial import torch_state
+from harness.trial.server import CardState, Server, annotate, free_memory, leaves_state, synchronize
+
+
+def measure(server: Server, state: CardState, job: TrialJob) -> TrialResult:
+    """Measure the baseline or a trial, annotate its card and write it to job.card_path."""
+    from harness.cards.model import Report, save_report
+    from harness.trial.correctness import Correctness, Rule, coarsest, judge_baseline
+    from harness.trial.measure import measure as measure_prepared
+    from harness.workloads.base import dtype_name
+
+    t0 = time.perf_counter()
+    reference = server.reference(state, job)
+    reference_s = time.perf_counter() - t0
+    state.evidence.clear()
+    if job.role == BASELINE:
+        prepared = state.baseline
+        original = state.as_built.run()  # the card's op as the report ran it sets every round's standard
+        synchronize(state.workload.device)
+        adopted = coarsest(entry.get("precision") for entry in job.applied)
+        state.standard, judged = judge_baseline(original, reference, Rule.from_config(job.correctness),
+                                                state.workload.reduction_length, adopted_precision=adopted)
+        del original
+        if not judged.feasible:  # no variant can be held to a malformed original op
+            raise RuntimeError(f"its output is unusable ({judged.note})")
+    else:
+        left: list[str] = []
+        with torch_state.isolated(left):
+            prepared = server.prepare(state, str(job.variant), dict(job.params))
+        if left:
+            return TrialResult(TrialStatus.INFEASIBLE, reason=f"when prepared, it {leaves_state(left)}")
+
+    def check(output: Any) -> Correctness:
+        if job.role == BASELINE and not job.applied:
+            # The original op itself: it sets the standard, so it is feasible unless its output is malformed.
+            return judge_baseline(output, reference, state.standard.rule, state.workload.reduction_length)[1]
+        # The round's baseline is judged on the workload it was prepared on (a batch it takes is that one's).
+        return server.judge(state, prepared, output, state.baseline_on if job.role == BASELINE else None)
+    left = []
+    with torch_state.isolated(left):
+        m = measure_prepared(source_card=state.card, workload=state.workload, prepared=prepared, check=check,
+                             profiler=server.profiler(job.profiler), settings=job.timing, rules=server.rules(job.rules),
+                             label=job.label, environment=job.environment, spec=job,
+                             checks=server.checks(state, job, prepared))
+    if left:  # no later measurement runs under what it left behind: it was restored; its card says so
+        m.card.extra["state_changes"] = left
+        m = refuse(m, f"when called, it {leaves_state(left)}")
+    card, path = m.card, Path(str(job.card_path))
+    card.extra.update(job.extra)
+    try:
+        annotate(state.experiment, card, state.workload)
+    except Exception as exc:  # the card was measured: keep it, then fail the request
+        card.extra["annotate_error"] = one_line(exc)
+        save_report(Report(cards=[card]), path)
+        raise _Measured(str(path)) from exc
+    save_report(Report(cards=[card]), path)
+    if job.role == BASELINE:
+        if not m.correctness.feasible:  # no variant can be held to a failing baseline
+            raise _Measured(str(path)) from RuntimeError(f"its output is unusable ({m.correctness.note})")
+        if m.timing is not None:
+            state.baseline_per_call_us = per_call(m.timing.median_us, prepared.calls)
+        _save({"reference": reference.detach(), "baseline_error": state.standard.baseline_error,
+               "baseline_dtype": dtype_name(state.standard.dtype),
+               "adopted_precision": state.standard.adopted_precision,
+               "baseline_per_call_us": state.baseline_per_call_us},
+              Path(str(job.reference_path)))
+    seconds = {**m.seconds, "reference_s": reference_s}
+    seconds["setup_s"] = seconds.get("setup_s", 0.0) + reference_s  # the reference is set-up too
+    judgement = Judgement.from_dict(m.correctness.as_dict())
+    median = m.timing.median_us if m.timing is not None else None
+    return TrialResult(
+        status=TrialStatus.COMPLETE if judgement.feasible else TrialStatus.INFEASIBLE,
+        reason="" if judgement.feasible else judgement.why_infeasible(),
+        card_path=str(path), median_us=median, calls=prepared.calls,
+        per_call_us=per_call(median, prepared.calls) if median is not None else None,
+        judgement=judgement, seconds=seconds)
+
+def retime(server: Server, state: CardState, job: TrialJob) -> TrialResult:
+    """Time the kept baseline again (the drift check between trials)."""
+    from harness.trial.measure import time_callable
+
+    t0 = time.perf_counter()
+    timing = time_callable(state.baseline.fn, state.workload.device, job.retime or job.timing)
+    # Timing the baseline is measurement like a trial's: it is what the drift verdict stands on.
+    return TrialResult(TrialStatus.COMPLETE, median_us=timing.median_us, calls=state.baseline.calls,
+                       per_call_us=per_call(timing.median_us, state.baseline.calls),
+                       seconds={"timing_s": time.perf_counter() - t0})
+
+def confirm(server: Server, state: CardState, job: TrialJob) -> TrialResult:
+    """Baseline and best in paired rounds, interleaved A B, B A, A B, ... (ABBA), one median per side a
+    round; both cards restated from the rounds, written where the plan says.
+
+    The best variant is prepared again for the rounds, so it is checked again before any of them: a
+    build that differs from the one the search checked (a nondeterministic autotuner) must not be
+    confirmed unchecked. Both sides are warmed up until their timings are stable before the first
+    round, so a cold first call (a resumed run, a fresh worker) cannot decide anything. Each round
+    times A and B back to back, the order alternating, so a linear drift across the rounds hits both
+    alike and cancels in the paired ratios the parent's verdict is computed from.
+    """
+    from harness.trial.measure import time_callable, warm_up_until_stable
+
+    plan = job.confirm
+    if plan is None:
+        raise ValueError("a confirm job needs its plan")
+    server.reference(state, job)
+    left: list[str] = []
+    with torch_state.isolated(left):
+        tried = server.prepare(state, plan.variant, dict(plan.params))
+        output = tried.fn()
+        synchronize(state.workload.device)
+        judged = server.judge(state, tried, output)
+        del output
+    if left:
+        return TrialResult(TrialStatus.INFEASIBLE, reason=f"prepared again for the confirm rounds, it "
+                           f"{leaves_state(left)}")
+    if not judged.feasible:
+        return TrialResult(TrialStatus.INFEASIBLE, reason="prepared again for the confirm rounds, its output "
+                           f"is wrong: {Judgement.from_dict(judged.as_dict()).why_infeasible()}")
+    sides = {"base": state.baseline, "best": tried}
+    samples: dict[str, list[float]] = {"base": [], "best": []}
+    medians: dict[str, list[float]] = {"base": [], "best": []}
+    last: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    warmups = {}
+    for key, side in sides.items():
+        with torch_state.isolated(left):
+            warmups[key] = warm_up_until_stable(side.fn, state.workload.device)
+    settings = TimingSettings(warmup=1, min_repeats=3, budget_s=plan.budget_s, cuda_graph=job.timing.cuda_graph)
+    for number in range(plan.rounds):
+        order = ("base", "best") if number % 2 == 0 else ("best", "base")
+        for key in order:
+            with torch_state.isolated(left):  # neither side's round runs under what the other left
+                timing = time_callable(sides[key].fn, state.workload.device, settings)
+            samples[key].extend(timing.samples_us)
+            medians[key].append(timing.median_us)
+            last[key] = timing
+    seconds = time.perf_counter() - t0
+    if left:
+        return TrialResult(TrialStatus.INFEASIBLE, reason=f"in the confirm rounds, a side {leaves_state(left)}")
+    paths = {"base": (plan.baseline_card, plan.baseline_out), "best": (plan.tried_card, plan.tried_out)}
+    for key, (source, target) in paths.items():
+        pooled = type(last[key]).from_samples(
+            samples[key], warmup=warmups[key]["calls"],
+            method=f"{last[key].method}, {plan.rounds} paired rounds in ABBA order with the other side",
+            device_name=last[key].device_name, clock_mhz=last[key].clock_mhz)
+        _restate(state, source, target, sides[key], pooled, medians[key], warmups[key])
+    return TrialResult(
+        TrialStatus.COMPLETE, seconds={"timing_s": seconds},
+        baseline_rounds=SideRounds([per_call(m, sides["base"].calls) for m in medians["base"]],
+                                   sides["base"].calls),
+        tried_rounds=SideRounds([per_call(m, tried.calls) for m in medians["best"]], tried.calls))
+
+
+def refuse(m: Any, reason: str) -> Any:
+    """The measurement with its card infeasible for `reason` (a check beyond its output's error)."""
+    correctness = replace(m.correctness, feasible=False, note=reason)
+    m.card.extra["correctness"] = correctness.as_dict()
+    return replace(m, correctness=correctness)
+
+
+class _Measured(Exception):
+    """A request failed after its card was written (the path): the answer still names the card."""
+
+
+def _restate(state: CardState, source: str, target: str, prepared: Any, pooled: Any, round_medians: list[float],
+             warm: dict[str, Any]) -> None:
+    """A searched card with its timing replaced by the confirm rounds' and everything derived from a time
+    (per-call rates, the experiment's evidence) derived again: one time per card, whatever shows it."""
+    from harness.cards.model import Report, load_report, save_report
+    from harness.trial.measure import variant_facts
+
+    card = load_report(source).cards[0]
+    card.extra["search_timing"] = card.extra.get("timing")
+    card.extra["timing"] = {**pooled.to_dict(), "round_medians_us": round_medians}
+    card.extra["warm_up"] = warm
+    card.extra["variant"] = {**(card.extra.get("variant") or {}), **variant_facts(prepared, state.workload, pooled)}
+    try:
+        annotate(state.experiment, card, state.workload)
+    except Exception as exc:  # the rounds stand; only the experiment's evidence is stale
+        card.extra["annotate_error"] = f"evidence not restated after the confirm rounds: {one_line(exc)}"
+    save_report(Report(cards=[card]), Path(target))
+
+
+def _save(obj: Any, path: Path) -> None:
+    """torch.save, atomically: a reader sees the old file or the whole new one."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def answer(server: Server, job: TrialJob) -> TrialResult:
+    """Run one job; every failure becomes a result (the child only dies when the process does)."""
+    from harness.api.experiment import VariantSkipped
+    from harness.workloads.base import WorkloadError
+
+    handlers = {JobKind.MEASURE: measure, JobKind.RETIME: retime, JobKind.CONFIRM: confirm}
+    stage = "setup"
+    try:
+        with torch_state.pinned():  # no request inherits what an earlier variant set
+            state, build_s = server.card(job)
+            stage = "run"
+            result = handlers[job.kind](server, state, job)
+        return replace(result, seconds={**result.seconds, "build_s": build_s})
+    except VariantSkipped as exc:
+        return TrialResult(TrialStatus.SKIPPED, reason=str(exc))
+    except BaseException as exc:  # noqa: BLE001 - a variant may raise anything, SystemExit included
+        card_path = None
+        if isinstance(exc, _Measured):
+            card_path, exc = str(exc), exc.__cause__ or exc
+        traceback.print_exception(exc)
+        sys.stderr.flush()
+        if is_out_of_memory(exc):
+            status, reason = TrialStatus.OOM, "out of memory: " + one_line(exc, 280)
+        else:
+            # A workload that cannot be built is a configuration problem, not a trial's failure.
+            setup = stage == "setup" and isinstance(exc, (WorkloadError, TypeError))
+            status, reason = (TrialStatus.SETUP if setup else TrialStatus.FAILED), one_line(exc)
+        # After a device-side CUDA error the context is unusable: answer, then let the parent restart us.
+        restart = status is not TrialStatus.OOM and ("CUDA error" in reason or type(exc).__name__ == "AcceleratorError"
+                                                     or isinstance(exc, torch_state.StateNotRestored))
+        del exc
+        if stage == "setup":
+            server.forget()
+        else:
+            free_memory()
+        return TrialResult(status, reason=reason, card_path=card_path, restart=restart)

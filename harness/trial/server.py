@@ -1,0 +1,241 @@
+"""The worker child's kept card: one card's workload, prepared baseline and float64 reference, built once and
+served to every request of that card, and how a variant is prepared, judged and checked on it. The answer
+to each kind of job is harness.trial.handlers'."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.jobs import BASELINE, JobKind, Judgement, TrialJob
+from harness.trial import torch_state
+from harness.trial.input_guard import InputGuard
+
+
+def annotate(experiment: Any, card: Any, workload: Any) -> None:
+    """The experiment's own evidence on a measured card; an infeasible card (never timed) gets none."""
+    if experiment.annotate_fn is not None and card.extra.get("timing") is not None:
+        experiment.annotate_fn(card, workload)
+
+
+@dataclass
+class CardState:
+    key: str
+    job: TrialJob  # the job that built it
+    card: Any
+    experiment: Any
+    workload: Any  # what the variants are prepared on: as built, with the applied variants' carries
+    baseline: Any  # the experiment's Prepared baseline
+    guard: Any = None  # harness.trial.input_guard.InputGuard over the inputs every variant is prepared on
+    reference: Any = None  # the workload's float64 reference, once computed or loaded
+    # The float64 references of the card's workloads, draws and batches a variant was judged on, by
+    # (id of the workload, calls).
+    references: dict[tuple[int, int], Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what could not be checked on this card, and why
+    as_built: Any = None  # the card's workload before any carry: its run() is the original op
+    baseline_on: Any = None  # the workload the baseline was prepared on (a round-2 baseline's batch is its)
+    baseline_per_call_us: float | None = None  # its measured time: what the device can do, whatever the peaks say
+    # Emulated references by (draw, calls, precision, output dtype); evidence by prepared variant.
+    emulated: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    evidence: dict[int, Any] = field(default_factory=dict)
+    standard: Any = None  # harness.trial.correctness.Standard: the rule and the baseline's error e_b, once known
+
+
+def _json_key(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, default=str)
+
+
+class Server:
+    """Answers jobs; keeps one card's workload, prepared baseline and reference between them."""
+
+    def __init__(self) -> None:
+        self.state: CardState | None = None
+        self._rules: dict[str, Any] = {}
+        self._profilers: dict[str, Any] = {}
+
+    def card(self, job: TrialJob) -> tuple[CardState, float]:
+        """The job's card, built (workload, prepared baseline) unless it is the one kept."""
+        from harness.api.experiment import load_experiment
+        from harness.trial.build import build_trial_workload, prepare_baseline
+
+        key = job.workload_key()
+        if self.state is not None and self.state.key == key:
+            return self.state, 0.0
+        self.forget()
+        t0 = time.perf_counter()
+        card = job.load_card()
+        experiment = load_experiment(job.experiment_module)
+        workload, carried = build_trial_workload(job, card, experiment)
+        state = CardState(key, job, card, experiment, carried, None, as_built=workload)
+        self.state = state
+        left: list[str] = []
+        with torch_state.isolated(left):
+            state.baseline, state.baseline_on = prepare_baseline(job, workload, experiment)
+        if left:
+            raise RuntimeError(f"the baseline {leaves_state(left)}")
+        # After the baseline's prepare: a layout or dtype it converts when it is prepared is not a mutation.
+        built = {f"{k} (as built)": v for k, v in workload.inputs.items()
+                 if not any(v is c for c in carried.inputs.values())}
+        state.guard = InputGuard({**built, **carried.inputs})
+        return state, time.perf_counter() - t0
+
+    def forget(self) -> None:
+        """Drop the kept card (its tensors), e.g. before building another."""
+        self.state = None
+        free_memory()
+
+    def reference(self, state: CardState, job: TrialJob) -> Any:
+        """The card's float64 reference: computed for the baseline, else the one saved with its standard.
+
+        A trial needs the baseline's error too, so a new child loads both from reference_path (written
+        when the baseline was measured) rather than recomputing anything.
+        """
+        import torch
+
+        from harness.trial.correctness import Rule, anchored_standard
+        from harness.workloads.base import parse_dtype
+
+        if job.role == BASELINE and job.kind is JobKind.MEASURE:
+            if state.reference is None:
+                state.reference = state.workload.reference(torch.float64)
+        elif state.standard is None:
+            path = job.reference_path
+            if not path or not os.path.exists(path):
+                raise RuntimeError(f"no correctness reference at {path}: the baseline was not measured")
+            saved = torch.load(path, map_location=state.workload.device, weights_only=True)
+            state.reference = saved["reference"]
+            state.standard = anchored_standard(Rule.from_config(job.correctness), float(saved["baseline_error"]),
+                                               parse_dtype(saved["baseline_dtype"]), state.workload.reduction_length,
+                                               saved.get("adopted_precision"))
+            state.baseline_per_call_us = saved.get("baseline_per_call_us")
+        for workload in (state.workload, state.as_built, state.baseline_on):  # a carry keeps the model's reference
+            state.references[(id(workload), 1)] = state.reference
+        return state.reference
+
+    def rules(self, cfg: Any) -> Any:
+        from harness.cards.rules import RuleSet
+
+        key = _json_key(cfg)
+        if key not in self._rules:
+            self._rules[key] = RuleSet.from_config(cfg)
+        return self._rules[key]
+
+    def profiler(self, cfg: dict[str, Any]) -> Any:
+        """The run's profiler, resolved by the run (harness.profile.registry); None: time only."""
+        from harness.profile import registry
+
+        key = _json_key(cfg)
+        if key not in self._profilers:
+            name = cfg.get("name")
+            self._profilers[key] = None if name in (None, "none") else registry.make(str(name), cfg)
+        return self._profilers[key]
+
+    def prepare(self, state: CardState, variant: str, params: dict[str, Any], workload: Any = None) -> Any:
+        """A variant prepared on the card's workload (or one of its draws); a batch it claims must be one
+        the harness built, checked before anything of it runs."""
+        from harness.workloads.draws import batch_for
+
+        workload = state.workload if workload is None else workload
+        prepared = state.experiment.prepare(variant, workload, params)
+        if prepared.calls > 1:
+            batch_for(workload, prepared.calls)
+        return prepared
+
+    def judge(self, state: CardState, prepared: Any, output: Any, workload: Any = None) -> Any:
+        """A trial's output against the float64 reference of the calls it was prepared on (the card's
+        workload or a draw of it; one call, or the harness-built batch), by the standard the baseline set."""
+        import torch
+
+        from harness.trial.precision import observed_precisions
+        from harness.workloads.draws import batch_for
+
+        workload = state.workload if workload is None else workload
+        key = (id(workload), prepared.calls)  # the state holds every workload it judges on: ids stay unique
+        if key not in state.references:
+            source = batch_for(workload, prepared.calls) if prepared.calls > 1 else workload
+            state.references[key] = source.reference(torch.float64)
+        held = state.standard.precision_for(prepared.precision)
+        if held is None:
+            return state.standard.judge(output, state.references[key], precision=prepared.precision)
+        if id(prepared) not in state.evidence:  # what its call computes in: evidence it cannot write itself
+            state.evidence[id(prepared)] = observed_precisions(prepared.fn)
+        return state.standard.judge(output, state.references[key], precision=prepared.precision,
+                                    emulated=self.emulated(state, workload, prepared.calls, held, output.dtype),
+                                    evidence=state.evidence[id(prepared)])
+
+    def emulated(self, state: CardState, workload: Any, calls: int, precision: str, output_dtype: Any) -> Any:
+        """The reference of `workload` (or its batch) emulating `precision`, once per card; None where the op
+        has none (a chunk) or a carried round-2 workload's inputs are not what its reference reads."""
+        from harness.trial.correctness import CorrectnessError
+        from harness.trial.precision import emulated_reference
+        from harness.workloads.draws import batch_for
+
+        key = (id(workload), calls, precision, str(output_dtype))
+        if key not in state.emulated:
+            source = batch_for(workload, calls) if calls > 1 else workload
+            try:
+                state.emulated[key] = emulated_reference(source, precision, output_dtype)
+            except CorrectnessError as exc:
+                state.notes.append(f"no {precision}-emulated reference: {exc}")
+                state.emulated[key] = None
+        return state.emulated[key]
+
+    def second_draw(self, state: CardState, job: TrialJob) -> str | None:
+        """Why the variant is wrong on a second draw of the card's activations (prepared anew on it, its
+        output against that draw's own float64 reference), or None; mistakes the first draw's values hide
+        (an input cached from the first call, a result that holds only for these numbers) show there."""
+        from harness.workloads.base import WorkloadError
+
+        try:
+            drawn = state.workload.redraw(1)
+        except WorkloadError as exc:  # a workload hook that replaced the op without its draws
+            state.notes.append(f"no second draw: {exc}")
+            return None
+        prepared = self.prepare(state, str(job.variant), dict(job.params), drawn)
+        output = prepared.fn()
+        synchronize(drawn.device)
+        judged = self.judge(state, prepared, output, drawn)
+        if judged.feasible:
+            return None
+        return ("on a second draw of its activations its output is wrong: "
+                f"{Judgement.from_dict(judged.as_dict()).why_infeasible()}")
+
+    def checks(self, state: CardState, job: TrialJob, prepared: Any) -> Any:
+        """The inputs guard, the second draw and the device's physical floor for this prepared variant
+        (harness.trial.measure)."""
+        from harness.trial.measure import TrialChecks
+        from harness.trial.physics import device_peaks, floor_for
+
+        floor = None
+        if job.physics_slack:
+            w = state.workload
+            floor = floor_for(w.flops, w.min_bytes, prepared.calls, device_peaks(w.device),
+                              state.baseline_per_call_us if job.role != BASELINE else None)
+        trial = job.role != BASELINE
+        return TrialChecks(guard=state.guard, floor=floor, slack=job.physics_slack, enforce_floor=trial,
+                           second_draw=(lambda: self.second_draw(state, job)) if trial else None)
+
+
+def leaves_state(left: list[str]) -> str:
+    """The reason a variant that left process state changed is refused (the lines of torch_state's note)."""
+    return (f"leaves process state changed: {'; '.join(left)} (restored; a variant may change a setting inside "
+            "its own call if it restores it there)")
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def free_memory() -> None:
+    gc.collect()
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
