@@ -30,13 +30,9 @@ from harness.cards.model import Card, Report, ReportError, load_report, save_rep
 from harness.cards.noise import paired_verdict
 from harness.config.schema import ExperimentConfig, experiment_of
 from harness.jobs import OUTCOMES, ConfirmPlan, Judgement, TimingSettings, TrialJob, TrialResult, TrialStatus, status_of
+from harness.protocol import TrialFailed, WorkerError
 from harness.run.state import CardOutcome, RunContext, RunError, same_band
-from harness.run.worker import (
-    CardSession,
-    TrialFailed,
-    WorkerError,
-    quiet_trial_failures,
-)
+from harness.run.worker import CardSession, quiet_trial_failures
 from harness.search import (
     SearchPlan,
     best_feasible,

@@ -23,13 +23,14 @@ from harness.config.schema import HarnessConfig, experiment_of, plain
 from harness.config.validate import check_output_dir, validate_config
 from harness.descriptions import DescribeJob, Description, ExperimentFacts
 from harness.jobs import TimingSettings
+from harness.protocol import WorkerError
 from harness.report.outputs import card_results, write_outputs, write_page
 from harness.run.card_search import run_card
 from harness.run.provenance import claim_run_dir
 from harness.run.selection import SelectionError, select_cards
 from harness.run.state import CardOutcome, RunContext, RunError
 from harness.run.stopping import earlier_drift, keep_drift, note_progress
-from harness.run.worker import TrialWorker, WorkerError, warn_unused_memory_limit, worker_for
+from harness.run.worker import TrialWorker, warn_unused_memory_limit, worker_for
 from harness.search import check_new_studies, describe_url, drawable, make_storage, study_name, validate_space
 
 log = logging.getLogger("harness")

@@ -20,7 +20,8 @@ import optuna
 import pytest
 
 from harness.cards.model import load_report
-from harness.run.worker import CardSession, TrialWorker, exit_reason, is_out_of_memory, one_line
+from harness.protocol import exit_reason, is_out_of_memory, one_line
+from harness.run.worker import CardSession, TrialWorker
 
 REPO = Path(__file__).resolve().parents[2]
 STATUS_OF_FAULT = {"raise": "failed", "oom": "oom", "cuda_oom": "oom", "segfault": "crashed", "exit": "crashed",
