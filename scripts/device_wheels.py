@@ -54,6 +54,8 @@ EXTRAS = ("test", "gpu-cu13", "ncu")  # gpu-cu13: the machine's torch is +cu130 
 NOT_CARRIED = {
     "psycopg2-binary": "only the PostgreSQL scale-out test needs it, and it skips without a server",
     "ncu-report": "every ncu installation ships the ncu_report module (extras/python); the wheel is ~50 MB",
+    "ruff": "CI's lint (.ci/run), not a test: nothing on the GPU machine runs it",
+    "mypy": "CI's type check (.ci/run), not a test: nothing on the GPU machine runs it",
 }
 # The target's interpreter and platform, for markers and wheel tags.
 TARGET_ENV = {
