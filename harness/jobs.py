@@ -81,6 +81,33 @@ class JobKind(str, Enum):
     DESCRIBE = "describe"  # what the run needs of the torch side (harness.descriptions.DescribeJob)
 
 
+@dataclass
+class AttentionSettings:
+    """How an attention card's workload is shaped where the card does not say (harness.workloads.attention:
+    its AttentionConfig; `workload.attention` in the config, `TrialJob.attention` on the way)."""
+
+    heads: int = 10  # per rank: 40 heads / 4 Ulysses ranks
+    head_dim: int = 128
+    queries: int | None = None  # overrides the count derived from the resolution
+    batch: int = 1
+    frames_per_chunk: int = 3  # latent frames per chunk
+    pixels_per_token: int = 16  # VAE stride 8 x patch 2
+
+
+@dataclass
+class CastSettings:
+    """How an output cast card's workload is shaped (harness.workloads.cast: its CastConfig; `workload.cast`,
+    `TrialJob.cast`)."""
+
+    dst_dtype: str = "uint8"
+    src_dtype: str | None = None  # None: the workload's dtype
+    frames: int | None = None  # None: shape parameters, the report pair, else DEFAULT_FRAMES
+    channels: int = 3
+    height: int | None = None  # None: from the resolution
+    width: int | None = None
+    batch: int = 1
+
+
 @dataclass(frozen=True)
 class TimingSettings:
     warmup: int | None = None  # None: warm up until the timing is stable; an int: that many calls
@@ -114,8 +141,8 @@ class TrialJob:
     scale: float
     seed: int = 0
     inputs_dir: str | None = None
-    attention: dict[str, Any] = field(default_factory=dict)  # harness.workloads.attention.AttentionConfig
-    cast: dict[str, Any] = field(default_factory=dict)  # harness.workloads.cast.CastConfig
+    attention: dict[str, Any] = field(default_factory=dict)  # AttentionSettings
+    cast: dict[str, Any] = field(default_factory=dict)  # CastSettings
     applied: list[dict[str, Any]] = field(default_factory=list)  # what earlier rounds adopted (harness.trial.rounds)
     # A chunk card's contained op cards' adopted variants (harness.trial.rounds.adopted_by_card), to compose.
     adopted: dict[str, list[dict[str, Any]]] = field(default_factory=dict)

@@ -18,7 +18,7 @@ from typing import Any, Mapping, cast
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from harness.jobs import EMULATED_FACTOR
+from harness.jobs import EMULATED_FACTOR, AttentionSettings, CastSettings
 
 SCHEMA_NAME = "harness_schema"
 # `experiment=auto` is not an experiment but the mode that picks them per card: its file sets `experiment: null`.
@@ -146,31 +146,6 @@ class TimingConfig:
     # CPU only: torch threads of the measuring worker; null keeps torch's default (one per core). On a
     # shared machine, 1 avoids the multi-millisecond stalls of threads waiting for a busy core.
     cpu_threads: int | None = bounded(None, low=1)
-
-
-# The workloads' own settings (workload.attention, workload.cast): the fields and defaults of
-# harness.workloads.attention.AttentionConfig and harness.workloads.cast.CastConfig, which the worker builds
-# from them. Copies, because the workloads import torch and the run's side does not; a test
-# (tests/app/test_torch_free_parent.py) holds each equal to its original.
-@dataclass
-class AttentionSettings:
-    heads: int = 10  # per rank: 40 heads / 4 Ulysses ranks
-    head_dim: int = 128
-    queries: int | None = None  # overrides the count derived from the resolution
-    batch: int = 1
-    frames_per_chunk: int = 3  # latent frames per chunk
-    pixels_per_token: int = 16  # VAE stride 8 x patch 2
-
-
-@dataclass
-class CastSettings:
-    dst_dtype: str = "uint8"
-    src_dtype: str | None = None  # None: the workload's dtype
-    frames: int | None = None  # None: shape parameters, the report pair, else DEFAULT_FRAMES
-    channels: int = 3
-    height: int | None = None  # None: from the resolution
-    width: int | None = None
-    batch: int = 1
 
 
 @dataclass

@@ -37,12 +37,12 @@ context's, the same for every call of a video: constants. Attention does not bat
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from harness.jobs import AttentionSettings
 from harness.workloads.base import (
     Bound,
     Plan,
@@ -60,18 +60,13 @@ FLOOR = 16
 ROLES = ("self", "cross")
 
 
-@dataclass(frozen=True)
-class AttentionConfig:
-    heads: int = 10  # per rank: 40 heads / 4 Ulysses ranks
-    head_dim: int = 128
-    queries: int | None = None  # overrides the count derived from the resolution
-    batch: int = 1
-    frames_per_chunk: int = 3  # latent frames per chunk
-    pixels_per_token: int = 16  # VAE stride 8 x patch 2
+# The workload's settings travel in a TrialJob (`workload.attention`): one dataclass, torch-free, in harness.jobs.
+AttentionConfig = AttentionSettings
 
 
-def queries_for_resolution(resolution: Any, config: AttentionConfig = AttentionConfig()) -> int | None:
+def queries_for_resolution(resolution: Any, config: AttentionConfig | None = None) -> int | None:
     """Tokens of one chunk at a pixel resolution: 480x832 -> 4680, 704x1280 -> 10560."""
+    config = config or AttentionConfig()
     parsed = parse_resolution(resolution)
     if parsed is None:
         return None

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable, overload
 
 import torch
 
-from harness.cards.ids import CHUNK_OP_KINDS  # re-exported: its one place is harness.cards.ids
+# Re-exported for the workloads: their one place is harness.cards.ids (torch-free, the run's side reads them).
+from harness.cards.ids import CHUNK_OP_KINDS, parse_resolution  # noqa: F401
 from harness.errors import HarnessError
 
 if TYPE_CHECKING:
@@ -167,25 +168,6 @@ def int_list(op_kind: str, key: str, value: Any, length: int, minimum: int = 0) 
     if not isinstance(value, (list, tuple)) or len(value) != length:
         raise WorkloadError(f"{op_kind}: {key} must be a list of {length} integers, got {value!r}")
     return [positive_int(op_kind, f"{key}[{i}]", v, minimum) for i, v in enumerate(value)]
-
-
-def parse_resolution(value: Any) -> tuple[int, int] | None:
-    """"480x832" -> (480, 832); None or unparsable -> None."""
-    if isinstance(value, (list, tuple)) and len(value) == 2:
-        try:
-            return int(value[0]), int(value[1])
-        except (TypeError, ValueError):
-            return None
-    if not isinstance(value, str):
-        return None
-    parts = value.lower().replace("*", "x").split("x")
-    if len(parts) != 2:
-        return None
-    try:
-        height, width = int(parts[0]), int(parts[1])
-    except ValueError:
-        return None
-    return (height, width) if height > 0 and width > 0 else None
 
 
 def numel(shape: tuple[int, ...] | list[int]) -> int:

@@ -27,11 +27,11 @@ The frames are the activation (each call casts its own); a cast has no constants
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from harness.jobs import CastSettings
 from harness.workloads.base import (
     Bound,
     Plan,
@@ -52,15 +52,8 @@ FLOOR = 8
 DEFAULT_FRAMES = 12
 
 
-@dataclass(frozen=True)
-class CastConfig:
-    dst_dtype: str = "uint8"
-    src_dtype: str | None = None  # None: the workload's dtype
-    frames: int | None = None  # None: shape parameters, the report pair, else DEFAULT_FRAMES
-    channels: int = 3
-    height: int | None = None  # None: from the resolution
-    width: int | None = None
-    batch: int = 1
+# The workload's settings travel in a TrialJob (`workload.cast`): one dataclass, torch-free, in harness.jobs.
+CastConfig = CastSettings
 
 
 def plan(
