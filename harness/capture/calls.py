@@ -7,8 +7,8 @@ output, stride, padding, dilation, groups), `aten.scaled_dot_product_attention.d
 over every key: valid = allocated = the key length), `aten.to.dtype` (a cast on the same device). A call
 of those that the workload cannot express (a masked or causal SDPA, a conv with asymmetric 'same'
 padding, an unbatched input) and every other op is a `replay` card: the call itself, encoded by
-harness.workloads.call_codec. An in-place call or one whose arguments have no JSON form is recorded (its
-time counts) but not replayable.
+harness.workloads.call_codec. An in-place call, a view (its output shares its input's storage: no work of
+its own), or one whose arguments have no JSON form is recorded (its time counts) but not replayable.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+from torch.utils._pytree import tree_flatten
 
 from harness.cards.ids import REPLAY
 from harness.workloads.base import dtype_name
@@ -170,12 +171,20 @@ def describe_call(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
     shape = known(args, kwargs, out) if known is not None else (
         _cast(func, args, out) if func is torch.Tensor.to or func in _CASTS else None)
     if shape is None:
-        shape = _replay(func, args, kwargs, constants)
+        shape = _replay(func, args, kwargs, out, constants)
     shape.layouts = {name: describe_tensor(t)["layout"] for name, t in shape.tensors.items()}
     return shape
 
 
-def _replay(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], constants: set[int]) -> CallShape:
+def aliases_an_input(out: Any, tensors: dict[str, torch.Tensor]) -> bool:
+    """Whether an output shares storage with an input: a view (reshape, transpose, a slice), no work of its own."""
+    storages = {t.untyped_storage().data_ptr() for t in tensors.values() if t.numel()}
+    outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.numel()]
+    return any(t.untyped_storage().data_ptr() in storages for t in outputs)
+
+
+def _replay(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
+            constants: set[int]) -> CallShape:
     op = aten_name(func)
     tensors: dict[str, torch.Tensor] = {}
     names: dict[int, str] = {}
@@ -189,6 +198,8 @@ def _replay(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
                                   "kwargs": encode(dict(kwargs), tensors, name_of)["dict"]}
     except NotEncodable as exc:
         return CallShape(op, REPLAY, {"callable": op}, {}, (), replayable=f"not replayable: {exc}")
+    if why is None and aliases_an_input(out, tensors):
+        why = "its output is a view of its input (no work of its own)"
     params["tensors"] = {name: describe_tensor(t) for name, t in tensors.items()}
     activations = tuple(name for name, t in tensors.items() if id(t) not in constants)
     params["activations"] = list(activations)

@@ -101,6 +101,9 @@ def test_in_place_and_unencodable_calls_are_recorded_but_not_replayable():
     # F.normalize reaches the recorder with its defaults, out=None among them: not in place.
     assert describe_call(F.normalize, (x,), {"dim": 1, "out": None}, F.normalize(x), set()).replayable is None
     assert "in place" in describe_call(F.normalize, (x,), {"out": torch.empty(2, 3)}, x, set()).replayable
+    view = describe_call(torch.Tensor.reshape, (x, (3, 2)), {}, x.reshape(3, 2), set())
+    assert view.replayable and "view of its input" in view.replayable
+    assert describe_call(torch.Tensor.reshape, (x.t(), (6,)), {}, x.t().reshape(6), set()).replayable is None  # a copy
     odd = describe_call(torch.Tensor.__getitem__, (torch.randn(3), object()), {}, torch.zeros(1), set())
     assert odd.replayable and "object" in odd.replayable
 
