@@ -45,10 +45,7 @@ class CaptureOptions:
 class CaptureResult:
     report: Report
     path: Path
-    forward_s: float
-    groups: list[Group]
     kept: list[Kept]
-    profiled: Profiled | None
 
 
 def resolve_device(device: str) -> str:
@@ -114,8 +111,8 @@ def capture(options: CaptureOptions) -> CaptureResult:
     inputs_dir = options.out / "inputs"
     kept = []
     for group in chosen:
-        digest, path = save_inputs(group, inputs_dir)
-        kept.append(Kept(group, card_of(group, resolution, digest, forward_s), path, group.time_s / forward_s))
+        digest = save_inputs(group, inputs_dir)
+        kept.append(Kept(group, card_of(group, resolution, digest, forward_s), group.time_s / forward_s))
     report = Report(cards=[k.card for k in kept], generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     scope=scope_text(options, device, "nothing yet"), source=str(options.out / "captured.json"))
     save_report(report, options.out / "captured.json")
@@ -139,7 +136,7 @@ def capture(options: CaptureOptions) -> CaptureResult:
     if profiled is not None and not report.cards:
         first = next(iter(profiled.failed.values()), "no reason recorded")
         raise CaptureError(f"no card could be re-profiled (first: {first}); the runs are in {options.out}")
-    return CaptureResult(report, path, forward_s, groups, kept, profiled)
+    return CaptureResult(report, path, kept)
 
 
 def group_table(groups: list[Group], kept: list[Kept], forward_s: float) -> list[dict[str, Any]]:

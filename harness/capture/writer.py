@@ -26,12 +26,11 @@ class Kept:
 
     group: Group
     card: Card
-    inputs_path: Path
     share: float  # of the forward's measured time
 
 
-def save_inputs(group: Group, folder: Path) -> tuple[str, Path]:
-    """Write the group's captured tensors; (their file's sha256, the file, named by it)."""
+def save_inputs(group: Group, folder: Path) -> str:
+    """Write the group's captured tensors to a file named by its sha256; that sha256."""
     from safetensors.torch import save_file
 
     tensors = {name: t.contiguous() for name, t in group.shape.tensors.items()}
@@ -42,7 +41,7 @@ def save_inputs(group: Group, folder: Path) -> tuple[str, Path]:
     digest = file_sha256(staging)
     final = folder / f"{digest}.safetensors"
     staging.replace(final)
-    return digest, final
+    return digest
 
 
 def group_text(group: Group) -> str:
