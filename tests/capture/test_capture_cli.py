@@ -67,7 +67,10 @@ def test_a_captured_model_runs_through_the_harness_on_its_captured_inputs(tmp_pa
     # examples/capture_model.py: 2 x 96 tokens of width 64, QKV 192, FFN 256.
     assert linear <= {(192, 192, 64), (192, 64, 64), (192, 256, 64), (192, 64, 256)} and linear
     for card in report.cards:
-        assert card.kernels and card.primary and card.counter_experiment, card.id
+        # Profiled and classified by the rules; a card whose dominant kernel the rules cannot settle (time missing
+        # from its kernel list under a loaded CPU, say) has no primary, as the shipped report's such cards do.
+        assert card.kernels and card.counter_experiment and card.status in ("classified", "unresolved"), (
+            card.id, card.primary, card.extra.get("classification_note"), [k.name for k in card.kernels])
         assert card.extra["metrics_source"] == "cpu_roofline_estimate"  # estimates on a CPU, labelled so
         captured, why = find_and_load(out / "inputs", card.input_sha256)  # hash-verified by the loader
         assert captured is not None, why
