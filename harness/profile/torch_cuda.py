@@ -12,15 +12,19 @@ Measured, from the Kineto trace of one call of `fn` (CUPTI activity records):
   agree.
 
 Estimated (listed in `extra["estimated_fields"]`), for the dominant kernel only — the longest
-launch, which is given all of the workload's FLOPs and minimum bytes:
+launch, which is given all of the workload's FLOPs and minimum bytes, when the workload is one op:
 - sm_pct = FLOPs / duration / compute peak x 100, and tensor_pct the same number when the math runs
   on tensor cores (bf16, fp16, or fp32 with TF32 allowed for the op); the compute peak is bf16,
   fp16, tf32 or fp32 by WorkloadFacts.dtype and torch's TF32 switches for the op kind;
 - dram_pct = minimum bytes / duration / DRAM bandwidth x 100, a lower bound on the traffic.
 The other kernels (layout transposes, workspace fills, epilogues) get no estimate: spreading the
 workload over them by duration would give every kernel the same percentages and erase the
-difference the classifier looks for. A cast (no FLOPs) gets no compute estimate. Peaks come from
-harness.profile.gpu_peaks (measured > practical > datasheet), recorded in `Profile.peaks`.
+difference the classifier looks for. A cast (no FLOPs) gets no compute estimate. A chunk
+(`WorkloadFacts.per_shape`: a whole decoder call or DiT block) gets no estimate at all: its FLOPs and
+bytes are the whole chunk's, hundreds of ops, and given to its longest kernel they read as one conv
+at 11,252% of peak (H200, vae_decode_chunk); its time is broken down per contained card instead
+(harness.cards.chunk_breakdown). Peaks come from harness.profile.gpu_peaks (measured > practical >
+datasheet), recorded in `Profile.peaks`.
 
 Everything else (l2_pct, warps, cycles, DRAM bytes, hit rates) needs hardware counters: None.
 """
@@ -41,6 +45,7 @@ from harness.profile.occupancy import SmLimits
 from harness.profile.torch_trace import Trace, TraceKernel, launch_stats, load_trace
 
 FLOPS_ATTRIBUTION = "dominant_kernel"
+CHUNK_ATTRIBUTION = "none (a chunk: its FLOPs are the whole chunk's, not one kernel's)"
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,7 @@ def build_profile(
     compute = peaks.peak(key) if key else None
     dram = peaks.peak("dram_tbps")
     dominant = max(trace.kernels, key=lambda k: k.dur_us, default=None)
+    estimated = None if facts.per_shape else dominant  # a chunk's FLOPs belong to no single kernel
     notes: list[str] = []
 
     kernels = []
@@ -117,7 +123,7 @@ def build_profile(
         limits = device.limits if device and device.limits else peaks.limits
         estimate = (
             roofline_pcts(facts.flops, facts.min_bytes, k.dur_us, compute, dram, key in TENSOR_CORE_KEYS)
-            if k is dominant
+            if k is estimated
             else {}
         )
         kernel = _kernel(k, limits, estimate)
@@ -137,9 +143,12 @@ def build_profile(
     gpu = peaks.device_name or peaks.key
     if dominant is None:
         notes.append("no CUDA kernels recorded: fn launched none, or CUPTI is unavailable to torch.profiler")
+    elif estimated is None:
+        notes.append("a chunk: no kernel is given the chunk's FLOPs or bytes, so no sm/tensor/dram estimate; "
+                     "its time is broken down per contained card")
     elif key is None or compute is None:
         notes.append(f"no compute peak for dtype {facts.dtype!r} on {gpu}: sm_pct/tensor_pct not estimated")
-    if dominant is not None and dram is None:
+    if estimated is not None and dram is None:
         notes.append(f"no DRAM peak for {gpu}: dram_pct not estimated")
     notes.append(
         "torch_cuda backend: dur_us and launch fields are measured from the CUDA trace; waves and "
@@ -154,7 +163,7 @@ def build_profile(
         metrics_source=SOURCE_TORCH_CUDA_TRACE,
         peaks={**peaks.to_dict(), "compute_peak": key, "used": used},
         settings={
-            "flops_attribution": FLOPS_ATTRIBUTION,
+            "flops_attribution": CHUNK_ATTRIBUTION if facts.per_shape else FLOPS_ATTRIBUTION,
             "dominant_kernel": dominant.name if dominant else None,
             "tf32_conv": tf32.conv,
             "tf32_matmul": tf32.matmul,

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.cards.fields import METRIC_FIELDS, SOURCE_TORCH_CUDA_TRACE
+from harness.cards.fields import COMPUTE_BOUND, METRIC_FIELDS, SOURCE_TORCH_CUDA_TRACE
+from harness.cards.model import load_report
+from harness.cards.rules import classify_card
 from harness.profile.base import WorkloadFacts
 from harness.profile.gpu_peaks import DATASHEET, GENERIC, MEASURED, PRACTICAL, from_table, lookup
 from harness.profile.torch_cuda import Tf32Switches, build_profile, compute_peak_key, roofline_pcts
-from harness.profile.torch_trace import TraceError, launch_stats, load_trace, parse_trace
+from harness.profile.torch_trace import Trace, TraceError, TraceKernel, launch_stats, load_trace, parse_trace
 
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "torch_traces"
 SIMPLE_ADD = TRACES / "a100_simple_add_kineto_trace.json.gz"
@@ -383,3 +385,56 @@ def test_a_chunks_kernels_name_the_op_or_scope_they_ran_under():
     one_op = WorkloadFacts(flops=1e9, min_bytes=1e6, dtype="bfloat16", op_kind="linear")
     profile = build_profile(trace, one_op, lookup("NVIDIA H200"), Tf32Switches(True, False))
     assert "within" not in profile.kernels[0].extra
+
+
+# ---------------------------------------------------------------------------------------------
+# A chunk's FLOPs belong to no single kernel (issue 29, item 4)
+
+H200_RUN = Path(__file__).resolve().parents[1] / "fixtures" / "h200_2026-12-04"
+
+
+def _trace_of(card) -> Trace:
+    """The Kineto launch records a measured card's kernels came from (name, duration, launch dims, registers)."""
+    kernels = [TraceKernel(name=k.name, ts_us=float(i), dur_us=float(k.metrics["dur_us"]), device=0, stream=7,
+                           correlation=i, grid_dim=tuple(k.extra["launch"]["grid_dim"]),
+                           block_dim=tuple(k.extra["launch"]["block_dim"]),
+                           registers_per_thread=int(k.metrics["regs"]),
+                           shared_memory_b=k.extra["launch"]["shared_memory_b"], trace_blocks_per_sm=None,
+                           trace_warps_per_sm=None, est_achieved_occupancy_pct=None, trace_occupancy=None)
+               for i, k in enumerate(card.kernels)]
+    return Trace(kernels=kernels, devices={}, source="h200 card")
+
+
+def test_a_chunks_flops_are_given_to_no_kernel_on_the_h200_vae_chunk():
+    # vae_decode_chunk on the H200 (2026-12-04): the chunk's 1.01e13 FLOPs were given to its longest kernel,
+    # a 1.35 ms conv of a 103 ms chunk, which read sm_pct 11,252% and made the card compute_bound.
+    card = load_report(H200_RUN / "chunk_vae_decode_c9e063_top12.json").cards[0]
+    assert card.primary == COMPUTE_BOUND and card.summed_kernel_us == pytest.approx(103498.8)
+    work = card.extra["workload"]
+    peaks, tf32 = lookup("NVIDIA H200"), Tf32Switches(conv=True, matmul=False)
+    one_op = WorkloadFacts(work["flops"], work["min_bytes"], work["dtype"], work["op_kind"])
+    old = build_profile(_trace_of(card), one_op, peaks, tf32).kernels[0]
+    # The formula on the run's own peak (fp32, 66.9 TFLOP/s) gives the number the run recorded.
+    assert old.metrics["sm_pct"] == pytest.approx(work["flops"] / 1345.624e-6 / 66.9e12 * 100, rel=1e-9)
+    assert old.metrics["sm_pct"] == pytest.approx(card.kernels[0].metrics["sm_pct"], rel=1e-6)
+
+    chunk = WorkloadFacts(work["flops"], work["min_bytes"], work["dtype"], work["op_kind"], per_shape=True)
+    profile = build_profile(_trace_of(card), chunk, peaks, tf32)
+    for kernel in profile.kernels:
+        assert kernel.extra["estimated_fields"] == []
+        assert all(kernel.metrics[f] is None for f in ("sm_pct", "tensor_pct", "dram_pct"))
+        assert kernel.metrics["dur_us"] is not None and kernel.metrics["waves"] is not None  # measured stay
+    assert profile.settings["flops_attribution"].startswith("none")
+    assert any("no kernel is given the chunk's FLOPs" in note for note in profile.notes)
+    card.kernels = profile.kernels
+    assert classify_card(card).primary != COMPUTE_BOUND
+
+
+def test_a_planted_chunk_gets_no_estimate_where_one_op_does():
+    trace = parse_trace(_planted_chunk_trace())
+    peaks, tf32 = lookup("NVIDIA H200"), Tf32Switches(True, False)
+    chunk = build_profile(trace, WorkloadFacts(1e9, 1e6, "bfloat16", "dit_block", per_shape=True), peaks, tf32)
+    assert [k.extra["estimated_fields"] for k in chunk.kernels] == [[], []]
+    one_op = build_profile(trace, WorkloadFacts(1e9, 1e6, "bfloat16", "linear"), peaks, tf32)
+    bf16 = peaks.peak("bf16_tflops").value * 1e12
+    assert one_op.kernels[0].metrics["sm_pct"] == pytest.approx(1e9 / 4e-6 / bf16 * 100)
