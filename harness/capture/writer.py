@@ -45,13 +45,42 @@ def save_inputs(group: Group, folder: Path) -> str:
 
 
 def group_text(group: Group) -> str:
-    """The report's `group` form, `stage:op:{shape parameters}`; a replayed call by its tensors' shapes."""
-    params = group.shape.shape_parameters
-    if group.shape.op_kind == REPLAY:
-        shapes = {name: desc["shape"] for name, desc in (params.get("tensors") or {}).items()}
-        return f"{group.stage}:{group.shape.op}:{shapes}"
-    shown = {k: v for k, v in params.items() if k != "input_dtype"}
-    return f"{group.stage}:{group.shape.op}:{shown}"
+    """The report's `group` form, `stage:op:...`, naming every field the grouping keys on (CallShape.key), so
+    that two groups never share it, nor the card id derived from it: a modelled op by all its shape parameters
+    (its dtype included) and the layout of each tensor that is not contiguous; a replayed call as the call
+    itself, each tensor by its name, shape, dtype and layout (`arg1:1x16x1x8x8 float32 strided`), scalars and keyword
+    arguments as given, and which tensors are the model's parameters or buffers."""
+    shape = group.shape
+    if shape.op_kind == REPLAY:
+        return f"{group.stage}:{shape.op}:{_call_text(shape.shape_parameters)}"
+    odd = {name: layout for name, layout in shape.layouts.items() if layout != "contiguous"}
+    shown = {**shape.shape_parameters, **({"layouts": odd} if odd else {})}
+    return f"{group.stage}:{shape.op}:{shown}"
+
+
+def _call_text(params: dict[str, Any]) -> str:
+    """`torch.cat([arg0:1x16x1x8x8 float32, arg1:1x16x1x8x8 float32 strided], dim=2)` from a replay's encoded call."""
+    tensors: dict[str, Any] = params.get("tensors") or {}
+
+    def text(value: Any) -> str:
+        if isinstance(value, list):
+            return "[" + ", ".join(text(v) for v in value) + "]"
+        if isinstance(value, dict) and set(value) == {"tensor"}:
+            desc = tensors.get(value["tensor"], {})
+            layout = "" if desc.get("layout") == "contiguous" else f" {desc.get('layout')}"
+            dims = "x".join(str(d) for d in desc.get("shape", [])) or "scalar"
+            return f"{value['tensor']}:{dims} {desc.get('dtype')}{layout}"  # the name: x * x is not x * y
+        if isinstance(value, dict) and set(value) == {"tuple"}:
+            return "(" + ", ".join(text(v) for v in value["tuple"]) + ")"
+        if isinstance(value, dict) and set(value) == {"dict"}:
+            return "{" + ", ".join(f"{k}: {text(v)}" for k, v in value["dict"].items()) + "}"
+        return repr(value) if not isinstance(value, dict) else str(value)
+
+    arguments = [text(a) for a in params.get("args") or []]
+    arguments += [f"{k}={text(v)}" for k, v in (params.get("kwargs") or {}).items()]
+    constants = [n for n in tensors if n not in (params.get("activations") or [])]
+    held = f" model_tensors={constants}" if constants else ""  # its parameters and buffers, not activations
+    return f"{params.get('callable')}({', '.join(arguments)}){held}"
 
 
 def card_of(group: Group, resolution: str | None, digest: str, forward_s: float) -> Card:

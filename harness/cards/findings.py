@@ -18,6 +18,7 @@ SEVERITY: dict[str, str] = {
     "classification_mismatch": WARNING,
     "summary_mismatch": WARNING,
     "primary_missing": WARNING,
+    "duplicate_id": WARNING,
     "null_field": INFO,
     "missing_field": INFO,
     "null_metrics": INFO,

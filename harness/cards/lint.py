@@ -19,7 +19,7 @@ Each finding code has one severity (SEVERITY), so that a reader, and a script by
 - warning: a stored value is wrong or disagrees with the rest of the report; the normalized view
   corrects it (the finding says how: `x1000 gives 1967 MHz`) or leaves it marked as unsettled.
   unit_scaled, unit_suspect, sum_mismatch, dominant_mismatch, classification_mismatch,
-  summary_mismatch, primary_missing.
+  summary_mismatch, primary_missing, duplicate_id (a card read under another id than it stored).
 - info: a value is absent or stored in an unusual form, nothing in it is wrong; the harness works
   around it (card time from the kernel sum, a cast's lost shape rebuilt by the run, ids that tell
   apart cards of one group). null_field, missing_field, null_metrics, missing_metrics,
@@ -38,7 +38,7 @@ from typing import Any
 from harness.cards.fields import MEASURED_SOURCES, METRIC_FIELDS, UNRESOLVED
 from harness.cards.findings import REPORT_LEVEL, Correction, Finding
 from harness.cards.kernel_names import damaged_stem, is_merged_name
-from harness.cards.model import Card, Kernel, Report
+from harness.cards.model import ID_RENAMED, Card, Kernel, Report
 from harness.cards.rules import CLASS_TEXT, class_counts, classify_metrics
 from harness.cards.units import SCALE_FACTORS, Calibration, byte_factors, calibrate, duration_factor, number
 
@@ -300,6 +300,11 @@ def _report_findings(report: Report) -> list[Finding]:
         if len(ids) > 1:
             findings.append(Finding(REPORT_LEVEL, None, "duplicate_group",
                                     f"group {group!r} is shared by {len(ids)} cards: {', '.join(ids)}", "group"))
+    for card in report.cards:  # the loader made a repeated id unique (harness.cards.model._unique_ids)
+        if isinstance(note := card.extra.get(ID_RENAMED), dict):
+            findings.append(Finding(card.id, None, "duplicate_id",
+                                    f"card {note['card']} has the id {note['stored_id']!r} of card "
+                                    f"{note['same_as_card']}: read as {card.id!r}", "id"))
     return findings
 
 

@@ -321,6 +321,35 @@ def _parse_counts(value: Any, shape: _Shape, key: str, nested: bool) -> Any:
     return value
 
 
+ID_RENAMED = "id_renamed"  # a card's note: the id it was read with, and the earlier card that has it too
+
+
+def _unique_ids(cards: list[Card]) -> None:
+    """A card whose id an earlier card already has gets `<id>-2` (`-3`, ...) and a note under ID_RENAMED:
+    one duplicate is a lint finding (duplicate_id), never a refused report, and the renaming depends only on
+    the cards' order, so every process reading the report (a run, its worker, the ncu child) names them alike."""
+    taken = {card.id for card in cards}
+    first: dict[str, int] = {}
+    for i, card in enumerate(cards):
+        stored = card.id
+        if stored not in first:
+            first[stored] = i
+            continue
+        n = 2
+        while f"{stored}-{n}" in taken:
+            n += 1
+        card.extra["id"] = f"{stored}-{n}"
+        card.extra[ID_RENAMED] = {"stored_id": stored, "card": i, "same_as_card": first[stored]}
+        taken.add(card.extra["id"])
+
+
+def renamed_id_lines(report: Report) -> list[str]:
+    """One Markdown line per card the loader renamed: what summary.md and plan.md say about it."""
+    return [f"- card {note['card']} has the id `{note['stored_id']}` of card {note['same_as_card']}: read as "
+            f"`{card.id}` (duplicate_id)" for card in report.cards
+            if isinstance(note := card.extra.get(ID_RENAMED), dict)]
+
+
 def parse_report(obj: Any, source: str = "<memory>") -> Report:
     """Build a Report from decoded JSON; every problem is a ReportError naming `source`."""
     shape = _Shape(source)
@@ -328,11 +357,7 @@ def parse_report(obj: Any, source: str = "<memory>") -> Report:
         raise shape.fail(f"a report must be a JSON object with a 'cards' list, got {type(obj).__name__}")
     cards_raw = shape.get(obj, "cards", (list,))
     cards = [_parse_card(c, f"{source}: card {i}") for i, c in enumerate(cards_raw)]
-    ids: dict[str, int] = {}
-    for i, card in enumerate(cards):
-        if card.id in ids:
-            raise shape.fail(f"cards {ids[card.id]} and {i} have the same id {card.id!r}")
-        ids[card.id] = i
+    _unique_ids(cards)
     known = ("generated_at", "rules", "cards", "summary", "by_stage", "scope")
     return Report(
         cards=cards,

@@ -22,7 +22,7 @@ from harness.cards.diff import (
 from harness.cards.labels import transition
 from harness.cards.measured import experiment_evidence, facts_not_in_tables
 from harness.cards.measures import TIMING_BASIS
-from harness.cards.model import Card, Report, save_report, write_json_atomic, write_text_atomic
+from harness.cards.model import Card, Report, renamed_id_lines, save_report, write_json_atomic, write_text_atomic
 from harness.cards.rules import RuleSet, class_counts, rules_text
 from harness.config.schema import experiment_of
 from harness.descriptions import ExperimentFacts
@@ -183,6 +183,7 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
                          f"{min(values):.1f} to {max(values):.1f} us per call")
     # Left out of every card's search before any trial (Experiment.variant's needs), unlike a skip.
     lines += [f"- not drawn: {variant} ({why})" for variant, why in ctx.not_drawn.items()]
+    lines += renamed_id_lines(ctx.report)  # a repeated id in the report: the later card read under another
     metrics_source = {o.baseline.extra.get("metrics_source") for o in outcomes}
     lines += ["", f"Metrics source: {', '.join(sorted(str(s) for s in metrics_source))} "
               "(estimated metrics are roofline estimates, not counters).", ""]

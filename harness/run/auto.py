@@ -18,7 +18,14 @@ from typing import Any, Callable, Mapping
 from harness.cards.fields import UNRESOLVED
 from harness.cards.ids import CHUNK_OP_KINDS
 from harness.cards.lint import lint_report
-from harness.cards.model import Card, Report, load_report, write_json_atomic, write_text_atomic
+from harness.cards.model import (
+    Card,
+    Report,
+    load_report,
+    renamed_id_lines,
+    write_json_atomic,
+    write_text_atomic,
+)
 from harness.cards.rules import classify_report
 from harness.config.schema import AUTO, ExperimentConfig, HarnessConfig, experiment_of
 from harness.descriptions import DescribeJob, Description, ExperimentFacts
@@ -109,7 +116,8 @@ def run_auto(cfg: HarnessConfig, run_dir: Path, compose: Compose, options: list[
         names = [n for n, chosen in plan.by_experiment.items() if card in chosen]
         lines.append(f"| `{card.id}` | {card.primary or 'no class'} | "
                      f"{', '.join(names) or plan.unmatched.get(card.id, '')} |")
-    lines += ["", "Sub-runs:", *sections, *([""] + left_out_lines(left_out) if left_out else []), "",
+    notes = left_out_lines(left_out) + renamed_id_lines(report)
+    lines += ["", "Sub-runs:", *sections, *([""] + notes if notes else []), "",
               render_end_to_end(report, results, measured_on, cfg.report_device)]
     text = "\n".join(lines) + "\n"
     write_text_atomic(run_dir / "summary.md", text)
@@ -235,6 +243,7 @@ def write_plan(report: Report, experiments: Mapping[str, ExperimentFacts], selec
     entries = plan_entries(report, experiments, selected, scopes, unavailable=unavailable)
     write_json_atomic(run_dir / "plan.json", {"report_sha256": sha256, "cards": entries})
     left_out = left_out_lines({e["card"]: e["unavailable"] for e in entries if e.get("unavailable")})
+    left_out += renamed_id_lines(report)
     op_entries = [e for e in entries if not e.get("chunk")]
     covered = sum(1 for e in op_entries if e["experiments"])
     chunks = len(entries) - len(op_entries)
