@@ -363,7 +363,7 @@ def test_side_stream_reads_the_scripts_json_line(tmp_path: Path, monkeypatch: py
 
 QUERY = """\
 gpu__time_duration.sum                               duration
-sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active  wgmma
+sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed  wgmma
 """
 PROFILED = """echo '"ID","Kernel Name","gpu__time_duration.sum"'; echo '"","","ns"'; echo '"0","tiny","1,234"'"""
 
@@ -403,8 +403,8 @@ esac
     assert outcome.status == "ok", outcome.result
     assert check.ncu_ok is True and check.metrics_file is not None and check.metrics_file.exists()
     assert outcome.numbers["substituted"] == {
-        "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active":
-            "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"}
+        "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed":
+            "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed"}
     assert outcome.numbers["dropped"] == []
     overrides = check.ncu_overrides(STEPS["reprofile_ncu"], "reprofile", 60)
     assert f"profiler.available_metrics={check.metrics_file}" in overrides

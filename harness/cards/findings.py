@@ -13,6 +13,7 @@ SEVERITY: dict[str, str] = {
     "dominant_missing": ERROR,
     "unit_scaled": WARNING,
     "unit_suspect": WARNING,
+    "impossible_percent": WARNING,
     "sum_mismatch": WARNING,
     "dominant_mismatch": WARNING,
     "classification_mismatch": WARNING,

@@ -8,6 +8,8 @@ Unit errors are found by cross-checks that the report carries itself, calibrated
   bandwidth; the report's median is the reference, and the one combination of scale factors for
   read and write that lands on it (and no runner-up close to it) is the correction;
 - `smem_static_b` is a whole number of bytes: a fraction that becomes whole times 1000 was in KB;
+- a percentage (any `*_pct` field) above 100 is no reading at all: null in the normalized view, never
+  classified on (`impossible_percent`);
 - `summed_kernel_us` against the sum of the (normalized) listed kernels.
 A value is corrected only when exactly one reading is consistent; otherwise it is reported as
 `unit_suspect` and left alone. Every correction is written into the card under `normalization`.
@@ -18,7 +20,7 @@ Each finding code has one severity (SEVERITY), so that a reader, and a script by
   kernels. damaged_entry, merged_name, dominant_missing.
 - warning: a stored value is wrong or disagrees with the rest of the report; the normalized view
   corrects it (the finding says how: `x1000 gives 1967 MHz`) or leaves it marked as unsettled.
-  unit_scaled, unit_suspect, sum_mismatch, dominant_mismatch, classification_mismatch,
+  unit_scaled, unit_suspect, impossible_percent, sum_mismatch, dominant_mismatch, classification_mismatch,
   summary_mismatch, primary_missing, duplicate_id (a card read under another id than it stored).
 - info: a value is absent or stored in an unusual form, nothing in it is wrong; the harness works
   around it (card time from the kernel sum, a cast's lost shape rebuilt by the run, ids that tell
@@ -40,7 +42,15 @@ from harness.cards.findings import REPORT_LEVEL, Correction, Finding
 from harness.cards.kernel_names import damaged_stem, is_merged_name
 from harness.cards.model import ID_RENAMED, Card, Kernel, Report
 from harness.cards.rules import CLASS_TEXT, class_counts, classify_metrics
-from harness.cards.units import SCALE_FACTORS, Calibration, byte_factors, calibrate, duration_factor, number
+from harness.cards.units import (
+    SCALE_FACTORS,
+    Calibration,
+    byte_factors,
+    calibrate,
+    duration_factor,
+    impossible_percent,
+    number,
+)
 
 SUM_TOLERANCE = 0.005  # relative disagreement tolerated between summed_kernel_us and the list
 
@@ -142,6 +152,7 @@ def _kernel_units(kernel: Kernel, original: Kernel, cal: Calibration, notes: _No
     unknown = number(metrics.get("dur_us")) is None
     _byte_units(kernel, metrics, cal, notes)
     _static_smem_unit(kernel, metrics, notes)
+    _percent_range(kernel, metrics, notes)
     if original.classification is not None:
         decision = classify_metrics(original.metrics or {})
         if decision.classification != original.classification:
@@ -191,6 +202,16 @@ def _static_smem_unit(kernel: Kernel, metrics: dict[str, Any], notes: _Notes) ->
     else:
         notes.find(kernel.name, "unit_suspect", f"smem_static_b {static:g} is not a whole number of bytes",
                    "smem_static_b")
+
+
+def _percent_range(kernel: Kernel, metrics: dict[str, Any], notes: _Notes) -> None:
+    for field in METRIC_FIELDS:
+        value = metrics.get(field)
+        if impossible_percent(field, value):
+            why = f"{field} {value:g}% is above 100%: a counter artefact, not a share; null in the normalized view"
+            notes.find(kernel.name, "impossible_percent", why, field)
+            metrics[field] = None
+            notes.correct("impossible_percent", kernel, field, value, None, why)
 
 
 def _kernel_sum(card: Card, out: Card, unknown_durations: list[Kernel], notes: _Notes) -> None:

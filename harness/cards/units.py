@@ -25,6 +25,17 @@ BANDWIDTH_MARGIN = 1.15  # ... and beat the runner-up by at least 15%
 
 
 
+# A percentage field holds a share of a peak or of accesses: above the whole it is a counter artefact
+# (an H200's lts__t_sector_hit_rate.pct read 101-142% on conv kernels), never a value to classify on.
+PERCENT_CEILING = 100.0
+
+
+def impossible_percent(field: str, value: Any) -> bool:
+    """Whether `value` of the metric field `field` is a percentage above 100."""
+    found = number(value)
+    return field.endswith("_pct") and found is not None and found > PERCENT_CEILING
+
+
 @dataclass(frozen=True)
 class Calibration:
     clock_mhz: float | None

@@ -41,7 +41,7 @@ from tests.processes import alive, wait_dead
 
 REPO = Path(__file__).resolve().parents[2]
 TENSOR = FIELD_SOURCES["tensor_pct"].metric
-GMMA = "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
+GMMA = "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,7 +76,7 @@ Metric Name                                                   Metric Description
 gpu__time_duration.sum                                        total duration in nanoseconds
 sm__throughput.avg.pct_of_peak_sustained_elapsed              SM throughput
     (continued description)
-sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active   gmma pipe
+sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed  gmma pipe
 smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio  stalls
 """
 

@@ -70,7 +70,9 @@ def test_real_report_through_the_ncu_report_module() -> None:
     assert rng["dram_read_mb"] == pytest.approx(2249.523584)  # 2,249,523,584 bytes
     assert rng["dram_write_mb"] == pytest.approx(987.958016)
     assert rng["regs"] == 107.0 and rng["grid"] == 1220.0 and rng["block"] == 128.0
-    assert rng["occ_limit_regs"] == 4.0 and rng["tensor_pct"] is None
+    # Its full set has the report's own elapsed-based tensor metric (0.0: no MMA in a Monte Carlo kernel).
+    assert records[0].values["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"] == (0.0, "%")
+    assert rng["occ_limit_regs"] == 4.0 and rng["tensor_pct"] == 0.0
     # GPC clock = cycles / duration: 1442 MHz on this RTX 3080, a plausible SM clock.
     cycles, duration = rng["cycles_elapsed"], rng["dur_us"]
     assert cycles is not None and duration is not None

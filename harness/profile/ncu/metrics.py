@@ -10,7 +10,8 @@ trial's list can be checked first against the chip's own list (`ncu --query-metr
 --query-metrics-mode all`, read by `parse_query_metrics`): `resolve_metrics` keeps what the chip
 has, swaps a missing metric for its first alternative the chip has, and drops the rest with a note.
 Launch attributes (`launch__*`) and device attributes (`device__attribute_*`) are not hardware counters:
-ncu reports them for every kernel, and the query lists counters only, so they are never checked.
+ncu reports them for every kernel, and the query lists counters only, so they are never checked; nor are
+the few metrics ncu reports beside them without listing them (UNLISTED_METRICS).
 """
 
 from __future__ import annotations
@@ -29,10 +30,13 @@ class FieldSource:
     # Requested instead of `metric`, first one the chip has, when the chip lacks `metric`; read after
     # `metric` and `fallbacks`. Each measures the same quantity, or the nearest one the chip counts.
     alternatives: tuple[str, ...] = ()
+    # Read last, never requested: the same quantity over the SM's active cycles where the report's is over
+    # elapsed cycles; parse.report_metrics converts such a value by sm_cycles_active / cycles_elapsed.
+    active_based: tuple[str, ...] = ()
 
     def names(self) -> tuple[str, ...]:
         """Every metric name this field may be read from, in the order they are tried."""
-        return tuple(dict.fromkeys((self.metric, *self.fallbacks, *self.alternatives)))
+        return tuple(dict.fromkeys((self.metric, *self.fallbacks, *self.alternatives, *self.active_based)))
 
 
 FIELD_SOURCES: dict[str, FieldSource] = {
@@ -41,13 +45,21 @@ FIELD_SOURCES: dict[str, FieldSource] = {
     "sm_pct": FieldSource(
         "sm__throughput.avg.pct_of_peak_sustained_elapsed", display="Compute (SM) Throughput"
     ),
-    # Not collected by any default section, so the details page has no label for it; the name is
-    # the report's and is checked on the chip with `ncu --query-metrics` (resolve_metrics). Where the
-    # chip lacks it: the tensor pipe of Hopper's warpgroup MMA (wgmma, what cuBLAS runs there), then
-    # the HMMA pipe (mma.sync); the profile's settings record which one was read.
+    # Not collected by any default section, so the details page has no label for it; checked on the
+    # chip with `ncu --query-metrics` (resolve_metrics). Where the chip lacks it: the tensor pipe of
+    # Hopper's warpgroup MMA (wgmma, what cuBLAS runs there), then the HMMA pipe (mma.sync); the
+    # profile's settings record which one was read. The report's values are over elapsed cycles: on the
+    # same kernel an H200's `..._active` value times sm_cycles_active/cycles_elapsed is the report's
+    # (cutlass Kernel2: 4.10 x 0.573 = 2.35 against 2.354), and every ncu report made before asked for
+    # the `..._active` names, so those are still read, and converted.
     "tensor_pct": FieldSource(
-        "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+        "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
         alternatives=(
+            "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed",
+            "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed",
+        ),
+        active_based=(
+            "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
             "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
             "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
         ),
@@ -129,11 +141,20 @@ _REGEX = "regex:"
 # pass; `--query-metrics` lists the chip's counters, so checking these against it would drop them
 # (and with launch__waves_per_multiprocessor the partial_wave_tail class could never fire).
 UNCHECKED_PREFIXES: tuple[str, ...] = ("launch__", "device__attribute_")
+# Occupancy figures ncu derives from the launch and reports for every kernel, yet leaves out of
+# `--query-metrics --query-metrics-mode all`: the H200's list (ncu 2025.3.1, 148059 names) lacks them,
+# and the same ncu profiled sm__maximum_warps_per_active_cycle_pct on every kernel it was asked for.
+UNLISTED_METRICS = frozenset({
+    "sm__maximum_warps_per_active_cycle_pct",
+    "sm__maximum_warps_avg_per_active_cycle",
+    "smsp__maximum_warps_avg_per_active_cycle",
+})
 
 
 def is_attribute(name: str) -> bool:
-    """Whether `name` is a launch or device attribute: always requested, never checked on the chip."""
-    return name.startswith(UNCHECKED_PREFIXES)
+    """Whether `name` is a launch or device attribute, or a metric ncu reports unlisted: always requested,
+    never checked on the chip."""
+    return name.startswith(UNCHECKED_PREFIXES) or name in UNLISTED_METRICS
 
 
 def parse_query_metrics(text: str) -> set[str]:
@@ -175,7 +196,8 @@ def _has(name: str, available: set[str]) -> bool:
 def resolve_metrics(requested: list[str], available: set[str] | None, source: str = "the chip") -> MetricPlan:
     """`requested` checked against the chip's metric names (`available`; None: not checked, all kept).
 
-    Launch and device attributes (is_attribute) are kept whatever the list says. A list without
+    Launch and device attributes, and the metrics ncu reports unlisted (is_attribute), are kept whatever
+    the list says. A list without
     SENTINEL_METRIC is not trusted (a query that printed something else, or was cut short) and leaves
     `requested` as it is, with a note."""
     if available is None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from harness.cards.fields import METRIC_UNITS
+from harness.cards.units import impossible_percent
 from harness.errors import HarnessError
 from harness.profile.ncu.metrics import CACHE_BYTES_METRICS, FIELD_SOURCES, STALL_METRIC
 from harness.profile.ncu.units import NcuUnitError, to_report_unit
@@ -108,15 +109,45 @@ def parse_text(text: str) -> list[NcuKernelRecord]:
 
 
 def report_metrics(record: NcuKernelRecord, notes: list[str] | None = None) -> dict[str, float | None]:
-    """The report's metric fields in report units; a field this kernel does not carry is None.
+    """The report's metric fields in report units, as the report defines them; a field this kernel does
+    not carry is None.
 
-    `notes`: where a field whose unit is unknown is named (the field is then None); None: such a
+    A value ncu gave over the SM's active cycles (FieldSource.active_based) is converted to the
+    report's elapsed cycles, and a percentage above 100 is None: each with a line in `notes` where given.
+    `notes`: also where a field whose unit is unknown is named (the field is then None); None: such a
     unit raises NcuUnitError."""
     out: dict[str, float | None] = {}
+    read_from: dict[str, str] = {}
     for name, source in FIELD_SOURCES.items():
         keys = source.names() + ((source.display,) if source.display else ())
-        out[name] = _read(record, record.value(*keys), METRIC_UNITS[name], notes, name)
+        found = record.value(*keys)
+        out[name] = _read(record, found, METRIC_UNITS[name], notes, name)
+        if found is not None:
+            read_from[name] = found[0]
+    said = notes if notes is not None else []
+    _to_elapsed(out, read_from, said)
+    for name, value in out.items():
+        if impossible_percent(name, value):
+            said.append(f"{name} left null: ncu's {read_from[name]} read {value:.4g}%, above 100%")
+            out[name] = None
     return out
+
+
+def _to_elapsed(out: dict[str, float | None], read_from: dict[str, str], notes: list[str]) -> None:
+    """Active-based readings x sm_cycles_active / cycles_elapsed, the report's elapsed basis."""
+    active, elapsed = out.get("sm_cycles_active"), out.get("cycles_elapsed")
+    for name, source in FIELD_SOURCES.items():
+        value, key = out[name], read_from.get(name)
+        if value is None or key not in source.active_based:
+            continue
+        if active is None or not elapsed:
+            out[name] = None
+            notes.append(f"{name} left null: ncu gave {key} (over active cycles) and no sm_cycles_active and "
+                         "cycles_elapsed to convert it to the report's elapsed basis")
+            continue
+        out[name] = value * active / elapsed
+        notes.append(f"{name}: ncu gave {key} {value:.4g}%; x sm_cycles_active/cycles_elapsed "
+                     f"{active / elapsed:.4f} = {out[name]:.4g}%, over elapsed cycles as the report's")
 
 
 def counter_metrics(record: NcuKernelRecord, notes: list[str] | None = None) -> dict[str, float]:
