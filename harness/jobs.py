@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 from typing import Any, Mapping, TypeVar
 
+from harness.cards.dtype import CardDtype
+
 BASELINE = "baseline"
 # The correctness rule's default emulated_factor (harness.config.schema.CorrectnessConfig, and
 # harness.trial.correctness.Rule for a section without one): one step of the lowered grid at the largest element.
@@ -147,6 +149,8 @@ class TrialJob:
     # A chunk card's contained op cards' adopted variants (harness.trial.rounds.adopted_by_card), to compose.
     adopted: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     reference_path: str | None = None  # the card's float64 reference and standard, written with the baseline
+    # The card's dtype and math mode, decided by the run (harness.cards.dtype); None: the experiment's dtype.
+    dtype: CardDtype | None = None
     # -- how it is judged, timed and profiled --
     correctness: dict[str, Any] = field(default_factory=dict)  # harness.trial.correctness.Rule
     physics_slack: float | None = None  # how far below the device's floor a time may be (harness.trial.physics)
@@ -182,7 +186,7 @@ class TrialJob:
     def workload_key(self) -> str:
         """Equal for requests the child can serve from one built workload and prepared baseline."""
         building = ("card", "experiment_module", "device", "scale", "seed", "inputs_dir", "attention", "cast",
-                    "applied", "adopted", "reference_path")
+                    "applied", "adopted", "reference_path", "dtype")
         return json.dumps({name: json_plain(getattr(self, name)) for name in building}, sort_keys=True, default=str)
 
     def for_trial(self, variant: str | None, params: Mapping[str, Any], role: str, **changes: Any) -> TrialJob:
@@ -200,6 +204,8 @@ class TrialJob:
             values["retime"] = TimingSettings(**known_fields(TimingSettings, values["retime"], "trial job retime"))
         if isinstance(values.get("confirm"), Mapping):
             values["confirm"] = ConfirmPlan(**known_fields(ConfirmPlan, values["confirm"], "trial job confirm"))
+        if isinstance(values.get("dtype"), Mapping):
+            values["dtype"] = CardDtype.from_dict(values["dtype"])
         if "kind" in values:
             values["kind"] = JobKind(values["kind"])
         return cls(**values)

@@ -203,7 +203,7 @@ def cudnn_algorithm(w: Workload, benchmark: bool = True, memory_format: str = "c
     x, weight = (w.inputs[name].contiguous(memory_format=fmt) for name in ("input", "weight"))
     bias = w.inputs.get("bias")
     args, conv = _conv_args(w), _conv(w)
-    tf32 = bool(torch_state.PINNED["cudnn.allow_tf32"])  # the math mode the baseline runs under
+    tf32 = bool(torch_state.pinned_value("cudnn.allow_tf32"))  # the math mode the baseline runs under
     settings = ((torch.backends.cudnn, "benchmark", benchmark), (torch.backends.cudnn, "allow_tf32", tf32))
 
     def run() -> torch.Tensor:

@@ -28,25 +28,16 @@ def applied_of(card_extra: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [dict(a) for a in applied]
 
 
-def built_dtype(shape_parameters: Mapping[str, Any], applied: list[dict[str, Any]], experiment_dtype: str) -> str:
-    """The dtype a card's workload is built in: round 1's once a round adopted a variant (every later round
-    starts from the same inputs), else the dtype a captured card was captured in (harness.capture writes
-    `input_dtype`: the model's own op), else the experiment's."""
-    if applied and applied[0].get("workload_dtype"):
-        return str(applied[0]["workload_dtype"])
-    captured = shape_parameters.get("input_dtype") if isinstance(shape_parameters, Mapping) else None
-    return str(captured or experiment_dtype)
-
-
 def applied_entry(*, experiment: str, module: str, variant: str, params: Mapping[str, Any],
                   facts: Mapping[str, Any], workload_dtype: str | None, confirmation: Mapping[str, Any] | None,
-                  run: str, precision: str | None = None) -> dict[str, Any]:
+                  run: str, precision: str | None = None, math: str | None = None) -> dict[str, Any]:
     """What a kept card records of the variant this run adopted (read back by the next round); `precision`,
-    the lowered precision it was judged at (None: the original op's), holds every later round to it."""
+    the lowered precision it was judged at (None: the original op's), holds every later round to it;
+    `workload_dtype` and `math`, what the card was built in (harness.cards.dtype), every later round's too."""
     return {
         "experiment": experiment, "module": module, "variant": variant, "params": dict(params),
         "carries": dict(facts.get("carries") or {}), "recipe": facts.get("recipe"),
-        "workload_dtype": workload_dtype, "precision": precision,
+        "workload_dtype": workload_dtype, "math": math, "precision": precision,
         "speedup": (confirmation or {}).get("speedup"), "ci": (confirmation or {}).get("ci"), "run": run,
     }
 

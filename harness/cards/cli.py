@@ -1,4 +1,4 @@
-"""`python -m harness.cards`: lint, classify, show, diff and import-ncu on report files.
+"""`python -m harness.cards`: lint, classify, show, diff, reproduce and import-ncu on report files.
 
 REPORT may be omitted to mean the shipped baseline report. Bad input (a usage mistake too) ends with one
 `error: ...` line on stderr and exit status 2. `lint` exits by the worst severity it found: 0 for none or
@@ -41,6 +41,7 @@ from harness.cards.model import (
     write_json_atomic,
     write_text_atomic,
 )
+from harness.cards.reproduce import declared_device, reproduce
 from harness.cards.rules import RuleSet, classify_report
 
 EXIT_BAD_INPUT = 2
@@ -307,6 +308,25 @@ def _cmd_import_ncu(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    measured = load_report(args.baseline)
+    report = lint_report(load_report(args.report)).normalized
+    device = args.report_device or declared_device(report)
+    results = reproduce(measured, report, device)
+    if args.json:
+        print(json.dumps({"report_device": device, "cards": [r.as_dict() for r in results]}, indent=1))
+        return 0
+    rows = [[r.card, r.verdict.value, fmt(r.time_ratio, 2), ", ".join(r.families_report) or "-",
+             ", ".join(r.families_here) or "-", r.dtype_here or "-",
+             f"{r.class_report} -> {r.class_here}" if r.class_compared else f"{r.class_report} (not compared)"]
+            for r in results]
+    print(_table(rows, ["card", "verdict", "time x", "report's kernels", "kernels here", "built in", "class"]))
+    print()
+    for r in results:
+        print(f"- {r.line()}")
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with its usage errors as one `error:` line and exit status 2, like every other bad input."""
 
@@ -345,6 +365,16 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--html", metavar="OUT.html",
                       help="also write a self-contained HTML page (plots inline, no network)")
     diff.set_defaults(run=_cmd_diff)
+
+    rep = sub.add_parser("reproduce", help="did a measured baseline run the report's kernels at its speed? "
+                         "REPRODUCED / OTHER_KERNELS / OTHER_SPEED / NOT_COMPARABLE per card")
+    rep.add_argument("baseline", help="a run's baseline.json (or any report of measured cards)")
+    rep.add_argument("--report", help="the report its cards come from (default: the shipped baseline)")
+    rep.add_argument("--report-device", help="the GPU the report was profiled on (default: what the report "
+                     "declares, e.g. H200)")
+    rep.add_argument("--json", action="store_true", help="per card: verdict, families_report, families_here, "
+                     "time_ratio, class_report, class_here, class_compared, reason")
+    rep.set_defaults(run=_cmd_reproduce)
 
     imp = sub.add_parser("import-ncu", help="turn an ncu output (.ncu-rep, raw or details CSV) into cards")
     imp.add_argument("file")

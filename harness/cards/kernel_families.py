@@ -29,7 +29,7 @@ def kernel_family(name: str) -> str:
             depth += 1
         elif ch == ">":
             depth = max(depth - 1, 0)
-        elif ch == "(" and depth == 0:
+        elif ch in "(,= " and depth == 0:  # `,` `=` or a space at depth 0: a damaged name ran into other text
             cut = min(cut, i)
             break
     base = text[:cut].strip().split("::")[-1].strip() or text

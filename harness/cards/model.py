@@ -22,6 +22,8 @@ from harness.cards.ids import derive_card_id, id_stem, op_kind, similar_ids
 from harness.errors import HarnessError
 
 DEFAULT_REPORT_NAME = "lingbot_world_realtime_ncu_20260908.json"
+PRECISION_KEY = "precision"  # a report's declaration of what its model ran in (harness.cards.dtype)
+DEVICE_KEY = "device"  # the GPU a report declares it was profiled on (harness.cards.reproduce)
 
 
 class ReportError(HarnessError):
@@ -397,7 +399,25 @@ def load_report(path: str | os.PathLike[str] | None = None) -> Report:
         raise ReportError(f"{target}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except RecursionError:
         raise ReportError(f"{target}: JSON nested too deeply") from None
+    if isinstance(obj, dict):
+        obj = {**_declared_beside(target), **obj}
     return parse_report(obj, str(target))
+
+
+def _declared_beside(target: Path) -> dict[str, Any]:
+    """What `<report>.declared.json` beside a report says of it: the GPU it was profiled on (`device`) and what
+    its model ran in (`precision`, harness.cards.dtype); {} without one. The report's own keys win, and a
+    harness-written report carries what it was read with."""
+    sidecar = target.with_name(f"{target.stem}.declared.json")
+    try:
+        declared = json.loads(sidecar.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReportError(f"{sidecar}: not a readable declaration ({exc})") from None
+    if not isinstance(declared, dict):
+        raise ReportError(f"{sidecar}: a declaration is an object with '{DEVICE_KEY}' and '{PRECISION_KEY}'")
+    return {k: declared[k] for k in (DEVICE_KEY, PRECISION_KEY) if k in declared}
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:

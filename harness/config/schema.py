@@ -155,6 +155,9 @@ class WorkloadConfig:
     scale: float | None = bounded(None, low=0, high=1, low_open=True)
     cpu_scale: float = bounded(0.25, low=0, high=1, low_open=True)
     seed: int = bounded(0, low=0)
+    # The dtype every card of the run is built in (bfloat16, float16, float32, tf32: float32 with TF32 math);
+    # null: each card's own, from its evidence (harness.cards.dtype). For a run over a card filter (cards=).
+    dtype: str | None = None
     attention: AttentionSettings = field(default_factory=AttentionSettings)
     cast: CastSettings = field(default_factory=CastSettings)
 

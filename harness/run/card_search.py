@@ -22,10 +22,11 @@ from harness.cards.applied import (
     adopted_by_card,
     applied_entry,
     applied_of,
-    built_dtype,
     label_text,
 )
+from harness.cards.dtype import CardDtype, DtypeError, card_dtype, declared_rules
 from harness.cards.ids import CHUNK_OP_KINDS
+from harness.cards.kernel_match import report_names
 from harness.cards.model import Card, Report, ReportError, load_report, save_report
 from harness.cards.noise import paired_verdict
 from harness.config.schema import ExperimentConfig, experiment_of
@@ -96,6 +97,15 @@ def _baseline_label(ctx: RunContext, report_path: str | None, applied: list[dict
     return label
 
 
+def decided_dtype(ctx: RunContext, card: Card, applied: list[dict[str, Any]]) -> CardDtype:
+    """The card's dtype and math mode (harness.cards.dtype), from the run's report and `workload.dtype`."""
+    try:
+        return card_dtype(card, applied=applied, override=ctx.cfg.workload.dtype,
+                          declared=declared_rules(ctx.report.extra), experiment_dtype=ctx.experiment.workload_dtype)
+    except DtypeError as exc:
+        raise RunError(str(exc)) from None
+
+
 def _card_job(ctx: RunContext, card: Card, trials_dir: Path, applied: list[dict[str, Any]]) -> TrialJob:
     """The card's own job, every request of the card made from it (so a new child can rebuild the card)."""
     cfg, experiment_cfg = ctx.cfg, experiment_of(ctx.cfg)
@@ -110,6 +120,7 @@ def _card_job(ctx: RunContext, card: Card, trials_dir: Path, applied: list[dict[
     profiler_cfg["name"] = ctx.profiler  # resolved: the worker makes the same backend
     slack = cfg.timing.physics_slack
     return TrialJob(
+        dtype=decided_dtype(ctx, card, applied),
         adopted=_adopted_in_chunk(experiment_cfg, card),
         card=card.to_dict(), experiment_module=experiment_cfg.module, device=ctx.device, scale=scale,
         seed=cfg.workload.seed, inputs_dir=cfg.inputs.dir, attention=asdict(cfg.workload.attention), cast=cast_cfg,
@@ -139,8 +150,9 @@ def _measure_baseline(ctx: RunContext, session: CardSession, card: Card, label: 
         reply = _account(ctx, session.measure(
             role="baseline", variant=ctx.experiment.baseline_name, params={}, label=label,
             card_path=trials_dir / "baseline.json",
+            # The report's kernel names too: whether the baseline ran the report's kernel is judged on them.
             extra={"report_card": {"primary": card.primary, "summed_kernel_us": card.summed_kernel_us,
-                                   "dominant_kernel": card.dominant_kernel}, "baseline_drift": []}))
+                                   **report_names(card)}, "baseline_drift": []}))
     except WorkerError as exc:
         raise RunError(f"card {card.id}: {exc}") from None
     if not reply.ok:
@@ -265,11 +277,11 @@ def _confirm_best(ctx: RunContext, session: CardSession, outcome: CardOutcome, b
         outcome.tried = load_report(trials_dir / "tried.json").cards[0]
     _confirmed(outcome.tried, outcome.baseline, reply, outcome.confirmation)
     if outcome.adopted:  # what the next round's baseline is built from (harness.cards.applied)
-        built_in = built_dtype(outcome.baseline.shape_parameters, applied, ctx.experiment.workload_dtype)
+        built_as = decided_dtype(ctx, outcome.report_card, applied)
         outcome.tried.extra[APPLIED_KEY] = [*applied, applied_entry(
             experiment=ctx.experiment.name, module=ctx.experiment.module, variant=tried_variant,
             params=outcome.tried_params, facts=outcome.tried.extra.get("variant") or {},
-            workload_dtype=built_in, confirmation=outcome.confirmation, run=label["run"],
+            workload_dtype=built_as.dtype, math=built_as.math, confirmation=outcome.confirmation, run=label["run"],
             precision=_judged_precision(outcome.tried))]
     save_report(Report(cards=[outcome.baseline]), trials_dir / "baseline.json")
     save_report(Report(cards=[outcome.tried]), trials_dir / "tried.json")

@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.api.experiment import Experiment, Prepared, load_experiment
-from harness.cards.applied import built_dtype
+from harness.cards.dtype import card_dtype, tf32_pins
 from harness.cards.model import Card
 from harness.jobs import TrialJob
 from harness.trial.rounds import carry, round_baseline
+from harness.trial.torch_state import pin_for_card
 from harness.workloads.attention import AttentionConfig
 from harness.workloads.base import Workload
 from harness.workloads.cast import CastConfig
@@ -30,13 +31,16 @@ def build_trial_workload(spec: TrialJob, card: Card, experiment: Experiment) -> 
     later round is prepared on the first, every variant on the second. "As built" includes the
     experiment's `workload` hook (Experiment.measured_workload), so worker and ncu child measure the same."""
     applied = spec.applied
-    dtype = built_dtype(card.shape_parameters, applied, experiment.workload_dtype)
+    # The run decides the card's dtype (harness.cards.dtype); a job without one (a test's) is decided here alike.
+    decided = spec.dtype or card_dtype(card, applied=applied, override=None, declared=[],
+                                       experiment_dtype=experiment.workload_dtype)
+    pin_for_card(tf32_pins(decided.math, card.op_kind))
     # The run put a cast card's frame count, which only the report's pair of cast cards tells, into spec.cast.
     workload = build_for_card(
-        card, device=spec.device, dtype=dtype, scale=spec.scale, seed=spec.seed,
+        card, device=spec.device, dtype=decided.dtype, scale=spec.scale, seed=spec.seed,
         inputs_dir=spec.inputs_dir, attention=AttentionConfig(**spec.attention), cast=CastConfig(**spec.cast),
     )
-    workload = experiment.measured_workload(replace(workload, adopted=spec.adopted))
+    workload = experiment.measured_workload(replace(workload, adopted=spec.adopted, built_as=decided))
     return workload, carry(workload, applied)
 
 

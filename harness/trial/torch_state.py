@@ -36,7 +36,7 @@ from typing import Any, Iterator
 from harness.trial.torch_settings import INTEROP_THREADS, PINNED, SETTINGS, THREADS, Setting, loaded_dynamo
 
 __all__ = ["INTEROP_THREADS", "NOT_RESTORABLE", "PINNED", "SETTINGS", "THREADS", "UNREADABLE", "Setting",
-           "StateNotRestored", "apply", "changed", "isolated", "pinned", "snapshot"]
+           "StateNotRestored", "apply", "changed", "isolated", "pin_for_card", "pinned", "pinned_value", "snapshot"]
 
 UNREADABLE = "unreadable: "  # the value of a setting whose getter raised (a mixed-API TF32 state)
 NOT_RESTORABLE = "not restorable: torch sets the inter-op pool size once per process"
@@ -47,6 +47,9 @@ class StateNotRestored(RuntimeError):
 
 
 _first_threads: int | None = None  # the intra-op thread count at the first pin: the worker's own
+# The math mode of the card being served (harness.cards.dtype.tf32_pins: TF32 allowed or refused as its kernels
+# say), over PINNED; set when the card's workload is built (harness.trial.build), the same in worker and ncu child.
+_card_pins: dict[str, Any] = {}
 
 
 def _read(setting: Setting) -> Any:
@@ -121,7 +124,20 @@ def _pins(before: dict[str, Any]) -> dict[str, Any]:
     global _first_threads
     if _first_threads is None:
         _first_threads = before[THREADS]
-    return {**before, **PINNED, THREADS: _first_threads}
+    return {**before, **PINNED, **_card_pins, THREADS: _first_threads}
+
+
+def pin_for_card(pins: dict[str, Any]) -> dict[str, Any]:
+    """Pin `pins` (a card's math mode) over PINNED in every later block; those this build has, returned."""
+    global _card_pins
+    known = {s.key for s in SETTINGS}
+    _card_pins = {key: value for key, value in pins.items() if key in known}
+    return dict(_card_pins)
+
+
+def pinned_value(key: str) -> Any:
+    """What a block pins `key` to now: the card's math mode, else PINNED."""
+    return _card_pins.get(key, PINNED.get(key))
 
 
 @contextmanager

@@ -278,6 +278,7 @@ class Workload:
     notes: list[str] = field(default_factory=list)
     seed: int | None = None
     input_hash: dict[str, Any] | None = None  # sha256, path, over ("file" | "tensor:<name>"), tensors, sliced
+    built_as: Any = None  # harness.cards.dtype.CardDtype: why this dtype and math mode (None: not decided)
     _reference: Callable[[torch.dtype], torch.Tensor] | None = field(default=None, repr=False)
     # The model a chunk workload runs (CHUNK_OP_KINDS; None for one op): variants derive theirs from it.
     module: torch.nn.Module | None = field(default=None, repr=False)
@@ -347,6 +348,9 @@ class Workload:
             out["seed"] = self.seed
         if self.input_hash is not None:
             out["input_hash"] = dict(self.input_hash)
+        if self.built_as is not None:
+            out.update(dtype_source=self.built_as.source, math=self.built_as.math,
+                       dtype_evidence=self.built_as.evidence)
         return out
 
     def facts(self) -> Any:

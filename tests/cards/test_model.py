@@ -15,9 +15,24 @@ from harness.cards.model import (
 
 def test_round_trip_loses_nothing(tmp_path, seed_report):
     original = json.loads(default_report_path().read_text())
-    assert seed_report.to_dict() == original
+    # What the declaration beside the shipped report says (its GPU, its model's precision) is read with it.
+    declared = json.loads(default_report_path().with_name(default_report_path().stem + ".declared.json").read_text())
+    expected = {**original, "device": declared["device"], "precision": declared["precision"]}
+    assert seed_report.to_dict() == expected
     out = save_report(seed_report, tmp_path / "copy.json")
-    assert json.loads(out.read_text()) == original
+    assert json.loads(out.read_text()) == expected
+
+
+def test_a_report_without_a_declaration_reads_as_it_is(tmp_path):
+    raw = {"cards": [{"group": "g", "stage": "dit", "op": "aten.linear.default",
+                      "shape_parameters": {"M": 1, "N": 2, "K": 3}, "kernels": []}]}
+    (tmp_path / "r.json").write_text(json.dumps(raw))
+    assert load_report(tmp_path / "r.json").to_dict() == raw
+    (tmp_path / "r.declared.json").write_text(json.dumps({"device": "H100", "precision": [{"dtype": "bf16"}]}))
+    assert load_report(tmp_path / "r.json").extra == {"device": "H100", "precision": [{"dtype": "bf16"}]}
+    (tmp_path / "r.declared.json").write_text("[1, 2]")
+    with pytest.raises(ReportError, match="r.declared.json: a declaration is an object"):
+        load_report(tmp_path / "r.json")
 
 
 def test_unknown_fields_are_kept(tmp_path):

@@ -1,0 +1,101 @@
+"""`python -m harness.cards reproduce` on the first H200 GPU check's own baselines (tests/fixtures/h200_baselines),
+and its rules on planted cards. The expected verdicts are what that run showed by its kernel names and times
+(issue 29): conv3d and cast ran the report's cuDNN/copy kernels within 5%, the float32 linears and attention ran
+fp32 cuBLAS and the memory-efficient backend in place of bf16 nvjet and FlashAttention 3."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cards.cli import main
+from harness.cards.model import Card, Kernel, load_report
+from harness.cards.reproduce import Reproduction, headline, reproduce, reproduce_card
+
+H200 = Path(__file__).parents[1] / "fixtures" / "h200_baselines"
+EXPECTED = {
+    "reproduction.json": {
+        "dit-480-linear-m4680n5120k5120-8f26a7": "OTHER_KERNELS",
+        "dit-480-linear-m3n5120k5120-d55d81": "OTHER_KERNELS",
+        "vae-480-conv3d-96to3k333t3-842ecd": "REPRODUCED",
+        "attention-480-fa3-self-4680of29640-b97006": "OTHER_KERNELS",
+        "output-480-cast-f18982": "REPRODUCED",
+    },
+    "reprofile_ncu.json": {
+        "dit-480-linear-m3n5120k256-ff7b7c": "OTHER_KERNELS",
+        "vae-480-conv3d-16to16k111t3-9507c7": "REPRODUCED",
+        "attention-704-fa3-cross-512of512-55bfe1": "OTHER_KERNELS",
+        "output-480-cast-f18982": "REPRODUCED",
+    },
+}
+
+
+@pytest.mark.parametrize("run", sorted(EXPECTED))
+def test_the_h200_baselines_get_their_verdicts(run, capsys):
+    assert main(["reproduce", str(H200 / run), "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["report_device"] == "H200"  # declared beside the shipped report
+    got = {c["card"]: c for c in answer["cards"]}
+    assert {k: v["verdict"] for k, v in got.items()} == EXPECTED[run]
+    for card in got.values():
+        assert set(card) >= {"verdict", "families_report", "families_here", "time_ratio", "class_report",
+                             "class_here", "class_compared", "reason"}
+    if run == "reproduction.json":
+        linear = got["dit-480-linear-m4680n5120k5120-8f26a7"]
+        assert linear["families_report"] == ["nvjet"] and linear["families_here"] == ["xmma_gemm"]
+        assert linear["time_ratio"] == pytest.approx(4977.89 / 292.448, rel=1e-3)  # the run's 17.02x
+        assert "float32" in linear["reason"]
+        assert not any(c["class_compared"] for c in got.values())  # a CUDA trace's classes are estimates
+        # FA3's damaged report name (`void device_kernel, cute::C<1>`) still reads as its family
+        assert "device_kernel" in got["attention-480-fa3-self-4680of29640-b97006"]["families_report"]
+    else:
+        conv = got["vae-480-conv3d-16to16k111t3-9507c7"]
+        assert conv["class_compared"] and conv["time_ratio"] == pytest.approx(8.576 / 8.512, rel=1e-3)
+
+
+def _planted(device: str = "NVIDIA H200", kind: str = "cuda", names=("nvjet_sm90_tst_64x8",), dur: float = 10.0,
+             source: str = "ncu") -> Card:
+    report = load_report()
+    card = copy.deepcopy(report.card("dit-480-linear-m3n5120k256-ff7b7c"))
+    card.kernels = [Kernel(name=n, metrics={"dur_us": dur / len(names)}, classification=None, rule=None,
+                           evidence=None, extra={"metrics_source": source}) for n in names]
+    card.summed_kernel_us = dur
+    card.extra["environment"] = {"device_name": device, "device_kind": kind}
+    card.extra["metrics_source"] = source
+    return card
+
+
+def test_the_rules_on_planted_cards():
+    report = load_report()
+    base = report.card("dit-480-linear-m3n5120k256-ff7b7c")
+    t = base.summed_kernel_us
+    assert reproduce_card(_planted(dur=t * 1.14), base, "H200").verdict is Reproduction.REPRODUCED
+    assert reproduce_card(_planted(dur=t * 1.16), base, "H200").verdict is Reproduction.OTHER_SPEED
+    assert reproduce_card(_planted(dur=t * 0.84), base, "H200").verdict is Reproduction.OTHER_SPEED
+    other = reproduce_card(_planted(names=("void gemmSN_TN_kernel<float, 128>(int)",), dur=t), base, "H200")
+    assert other.verdict is Reproduction.OTHER_KERNELS and "gemmSN_TN_kernel" in other.reason
+    h100 = reproduce_card(_planted(device="NVIDIA H100 80GB HBM3"), base, "H200")
+    assert h100.verdict is Reproduction.NOT_COMPARABLE and "H100" in h100.reason
+    cpu = reproduce_card(_planted(device="Xeon", kind="cpu", source="cpu_estimate"), base, "H200")
+    assert cpu.verdict is Reproduction.NOT_COMPARABLE and "estimates" in cpu.reason
+    # a family under 5% of the time (a bias add beside the GEMM) does not make another op
+    small = _planted(names=("nvjet_sm90_tst_64x8",) * 24 + ("void at::elementwise_kernel<128>(int)",), dur=t * 25 / 24)
+    assert reproduce_card(small, base, "H200").verdict is Reproduction.REPRODUCED
+
+
+def test_headline_names_the_cards_that_ran_other_kernels():
+    results = reproduce(load_report(H200 / "reprofile_ncu.json"), load_report())
+    line = headline(results)
+    assert line is not None and line.startswith("2 of 4 baseline card(s) ran other kernels")
+    assert "no saving is projected" in line
+    conv_only = [r for r in results if r.verdict is Reproduction.REPRODUCED]
+    assert headline(conv_only) is None
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    assert main(["reproduce", str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
