@@ -100,6 +100,8 @@ def dominant_metric(card: Card, name: str) -> float | None:
 def stall_verdict(card: Card) -> tuple[str, str]:
     """Whether the card's warp-stall breakdown names one decisive limiter, with the shares."""
     stalls = card.extra.get("stalls")
+    if isinstance(stalls, dict) and stalls.get("refused"):  # another kernel's stalls say nothing of the report's
+        return NOT_MEASURABLE, f"the profiled kernel is not shown to be the report's: {stalls['refused']}"
     if not isinstance(stalls, dict) or not stalls.get("dominant"):
         note = stalls.get("note") if isinstance(stalls, dict) else None
         return NOT_MEASURABLE, note or "no warp-stall breakdown in the after card"
