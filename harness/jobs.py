@@ -149,6 +149,8 @@ class TrialJob:
     # A chunk card's contained op cards' adopted variants (harness.trial.rounds.adopted_by_card), to compose.
     adopted: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     reference_path: str | None = None  # the card's float64 reference and standard, written with the baseline
+    # Where float64 references are kept by their inputs' hash across runs (harness.trial.reference_cache).
+    reference_cache: str | None = None
     # The card's dtype and math mode, decided by the run (harness.cards.dtype); None: the experiment's dtype.
     dtype: CardDtype | None = None
     # -- how it is judged, timed and profiled --

@@ -166,6 +166,9 @@ class WorkloadConfig:
 class InputsConfig:
     # Folder of captured inputs named by their sha256 (<sha256>.safetensors or .pt); null: synthetic.
     dir: str | None = None
+    # Where float64 references are kept by their inputs' hash, reused by a resume, a later round and auto's
+    # experiments (harness.trial.reference_cache); null: `references/` beside the run folder.
+    references: str | None = None
 
 
 @dataclass

@@ -125,6 +125,7 @@ def _card_job(ctx: RunContext, card: Card, trials_dir: Path, applied: list[dict[
         card=card.to_dict(), experiment_module=experiment_cfg.module, device=ctx.device, scale=scale,
         seed=cfg.workload.seed, inputs_dir=cfg.inputs.dir, attention=asdict(cfg.workload.attention), cast=cast_cfg,
         applied=applied, reference_path=str(trials_dir / "reference.pt"),
+        reference_cache=cfg.inputs.references or str(ctx.run_dir.resolve().parent / "references"),
         # harness.trial.correctness.Rule: judged in the worker
         correctness=asdict(experiment_cfg.correctness), timing=ctx.settings,
         physics_slack=slack.cuda if ctx.device.startswith("cuda") else slack.cpu,

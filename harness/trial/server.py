@@ -54,6 +54,7 @@ class Server:
 
     def __init__(self) -> None:
         self.state: CardState | None = None
+        self._caches: dict[str | None, Any] = {}  # harness.trial.reference_cache.ReferenceCache by folder
         self._rules: dict[str, Any] = {}
         self._profilers: dict[str, Any] = {}
 
@@ -100,8 +101,8 @@ class Server:
         from harness.workloads.base import parse_dtype
 
         if job.role == BASELINE and job.kind is JobKind.MEASURE:
-            if state.reference is None:
-                state.reference = state.workload.reference(torch.float64)
+            if state.reference is None:  # the carried workload's reference is the one as built (rounds.carry)
+                state.reference = self.reference_cache(job).reference(state.as_built, state.as_built)
         elif state.standard is None:
             path = job.reference_path
             if not path or not os.path.exists(path):
@@ -115,6 +116,15 @@ class Server:
         for workload in (state.workload, state.as_built, state.baseline_on):  # a carry keeps the model's reference
             state.references[(id(workload), 1)] = state.reference
         return state.reference
+
+    def reference_cache(self, job: TrialJob) -> Any:
+        """The references kept on disk for the job's run (harness.trial.reference_cache), one per folder."""
+        from harness.trial.reference_cache import ReferenceCache
+
+        folder = job.reference_cache
+        if folder not in self._caches:
+            self._caches[folder] = ReferenceCache(folder)
+        return self._caches[folder]
 
     def rules(self, cfg: Any) -> Any:
         from harness.cards.rules import RuleSet
@@ -148,8 +158,6 @@ class Server:
     def judge(self, state: CardState, prepared: Any, output: Any, workload: Any = None) -> Any:
         """A trial's output against the float64 reference of the calls it was prepared on (the card's
         workload or a draw of it; one call, or the harness-built batch), by the standard the baseline set."""
-        import torch
-
         from harness.trial.precision import observed_precisions
         from harness.workloads.draws import batch_for
 
@@ -157,7 +165,7 @@ class Server:
         key = (id(workload), prepared.calls)  # the state holds every workload it judges on: ids stay unique
         if key not in state.references:
             source = batch_for(workload, prepared.calls) if prepared.calls > 1 else workload
-            state.references[key] = source.reference(torch.float64)
+            state.references[key] = self.reference_cache(state.job).reference(source, state.as_built)
         held = state.standard.precision_for(prepared.precision)
         if held is None:
             return state.standard.judge(output, state.references[key], precision=prepared.precision)

@@ -1,0 +1,117 @@
+"""Float64 references kept on disk by their inputs' hash, so each is computed once per (op, inputs).
+
+Why: a reference is the costliest set-up of a card (the Wan VAE chunk's float64 decode; 0.8 s per conv3d
+card on a 2-core CPU), and before this cache a resumed run, a later round and every experiment of an
+`experiment=auto` run computed the same numbers again. The folder is `references/` beside the run folder
+(`inputs.references` sets another), so a resume (the same folder), the runs next to it and auto's
+sub-runs (beside each other inside the auto run) share it.
+
+The key is the content the reference is computed from, never where it came from: the op (its kind, the
+scaled shape, the code that computes the reference), every input tensor's dtype, shape and values in
+logical order (a channels_last copy of the same numbers hashes alike: its reference is the same), a chunk
+module's parameters and buffers, the reference dtype and the device kind (a CUDA float64 result may
+differ from a CPU one in its last bits). A batch of k calls is keyed by each call's inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from harness.workloads.base import CallBatch, Workload
+
+FORMAT = 1  # bumped when the key or the file changes meaning
+
+
+def _tensor_digest(digest: Any, name: str, tensor: torch.Tensor) -> None:
+    """The tensor's name, dtype, shape and values (logical order, so a memory format hashes alike)."""
+    flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8).cpu()
+    digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+    digest.update(flat.numpy().tobytes())
+
+
+def _code(fn: Callable[..., Any] | None) -> str:
+    """Which code computes the reference (a bind's closure): its module and qualified name."""
+    return "" if fn is None else f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _inputs_digest(workload: Workload) -> str:
+    """The sha256 of a workload's input tensors and, for a chunk, its module's parameters and buffers."""
+    digest = hashlib.sha256()
+    for name in sorted(workload.inputs):
+        if isinstance(workload.inputs[name], torch.Tensor):
+            _tensor_digest(digest, f"input.{name}", workload.inputs[name])
+    if workload.module is not None:  # a chunk: its weights and primed state are inputs of the reference too
+        for name, tensor in sorted([*workload.module.named_parameters(), *workload.module.named_buffers()],
+                                   key=lambda p: p[0]):
+            _tensor_digest(digest, f"module.{name}", tensor)
+    return digest.hexdigest()
+
+
+class ReferenceCache:
+    """References by key in `folder`; None: no folder, every reference computed (as before the cache).
+
+    Every key includes the card's workload as built (`built`): a bind's reference reads the constants
+    it was built with, which a round's carried inputs (a bf16 copy of the weight) do not show.
+    """
+
+    def __init__(self, folder: str | None):
+        self.folder = Path(folder) if folder else None
+        self.computed = 0  # references computed (not read back) by this process: what reuse saves shows here
+        self.loaded = 0
+        self._built: tuple[Workload, str] | None = None  # the last built workload and its digest
+
+    def key(self, source: Workload | CallBatch, built: Workload, dtype: torch.dtype = torch.float64) -> str:
+        """The sha256 naming `source`'s reference in `dtype` (module docstring); `built`: the card's
+        workload as built, whose constants the reference reads."""
+        if self._built is None or self._built[0] is not built:
+            self._built = (built, _inputs_digest(built))
+        digest = hashlib.sha256()
+        if isinstance(source, CallBatch):
+            head: dict[str, Any] = {"batch": source.k, "code": [_code(r) for r in source.references]}
+            inputs = {f"call{i}.{name}": t for i, call in enumerate(source.inputs) for name, t in call.items()}
+        else:
+            head = {"draw": source.draw, "code": _code(source._reference)}
+            inputs = {} if source is built else dict(source.inputs)
+        head.update(format=FORMAT, op=built.op_kind, shape=built.shape, built=self._built[1], dtype=str(dtype),
+                    device=torch.device(built.device).type)
+        digest.update(json.dumps(head, sort_keys=True, default=str).encode())
+        for name in sorted(inputs):
+            if isinstance(inputs[name], torch.Tensor):
+                _tensor_digest(digest, f"input.{name}", inputs[name])
+        return digest.hexdigest()
+
+    def reference(self, source: Workload | CallBatch, built: Workload,
+                  dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """`source.reference(dtype)`, read from the folder when an earlier run computed it."""
+        if self.folder is None:
+            self.computed += 1
+            return source.reference(dtype)
+        path = self.folder / f"{self.key(source, built, dtype)}.pt"
+        try:
+            loaded = torch.load(path, map_location=built.device, weights_only=True)
+        except (OSError, RuntimeError, EOFError):  # absent, or unreadable (a partial write by a killed process)
+            loaded = None
+        if isinstance(loaded, torch.Tensor):
+            self.loaded += 1
+            return loaded
+        self.computed += 1
+        reference = source.reference(dtype)
+        _save_atomic(reference.detach(), path)
+        return reference
+
+
+def _save_atomic(tensor: torch.Tensor, path: Path) -> None:
+    """torch.save through a temporary name: a reader sees no file or the whole one (runs share the folder)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        torch.save(tensor, tmp)
+        os.replace(tmp, path)
+    except OSError:  # a full or read-only disk costs the reuse, not the run
+        return

@@ -1,0 +1,117 @@
+"""Float64 references cached by their inputs' hash (harness.trial.reference_cache): computed once, reused by
+a new worker (a resume, a later run beside it), and never served for other inputs."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.cards.lint import lint_report
+from harness.cards.model import load_report
+from harness.jobs import BASELINE, TimingSettings, TrialJob, TrialStatus
+from harness.trial.handlers import answer
+from harness.trial.reference_cache import ReferenceCache
+from harness.trial.server import Server
+from harness.workloads.registry import build_for_card
+
+CARD = "dit-480-linear-m3n5120k256-ff7b7c"  # a small linear: K=256
+
+
+@pytest.fixture(scope="module")
+def card():
+    return lint_report(load_report()).normalized.card(CARD)
+
+
+def _built(card, seed: int = 0):
+    return build_for_card(card, device="cpu", scale=0.05, seed=seed)
+
+
+def _counted(workload):
+    """The workload with its reference counting its calls (a planted counter; the numbers are the op's)."""
+    calls = []
+
+    def reference(dtype):
+        calls.append(dtype)
+        return original(dtype)
+
+    original = workload._reference
+    reference.__qualname__ = f"counted.{getattr(original, '__qualname__', '')}"
+    return dataclasses.replace(workload, _reference=reference), calls
+
+
+def test_a_second_cache_on_the_folder_reads_what_the_first_computed(tmp_path: Path, card):
+    workload, calls = _counted(_built(card))
+    first = ReferenceCache(str(tmp_path))
+    computed = first.reference(workload, workload)
+    assert len(calls) == 1 and first.computed == 1
+    (stored,) = tmp_path.glob("*.pt")
+    mtime = stored.stat().st_mtime_ns
+    again = ReferenceCache(str(tmp_path))  # a new worker: a resume, or a later run beside this one
+    loaded = again.reference(workload, workload)
+    assert len(calls) == 1 and again.computed == 0 and again.loaded == 1
+    assert stored.stat().st_mtime_ns == mtime
+    assert torch.equal(loaded, computed) and loaded.dtype == torch.float64
+    # The cached numbers are the op's own float64 result on these inputs (computed here independently).
+    x, w = workload.inputs["x"].double(), workload.inputs["weight"].double()
+    expected = x @ w.T + (workload.inputs["bias"].double() if "bias" in workload.inputs else 0)
+    assert torch.allclose(loaded, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_other_inputs_get_their_own_reference(tmp_path: Path, card):
+    cache = ReferenceCache(str(tmp_path))
+    built = _built(card)
+    keys = {cache.key(built, built)}
+    drawn = built.redraw(1)
+    keys.add(cache.key(drawn, built))  # the second draw's activations
+    other = _built(card, seed=1)
+    keys.add(cache.key(other, other))  # another seed: other weights
+    keys.add(cache.key(built, built, torch.float32))
+    assert len(keys) == 4
+    # The same numbers in another memory layout are the same inputs: the same key.
+    strided = built.inputs["weight"].t().contiguous().t()
+    transposed = dataclasses.replace(built, inputs={**built.inputs, "weight": strided})
+    assert not transposed.inputs["weight"].is_contiguous()
+    assert cache.key(transposed, transposed) == cache.key(built, built)
+    # One value changed in one input changes the key.
+    bumped = built.inputs["x"].clone()
+    bumped.view(-1)[0] += 1
+    changed = dataclasses.replace(built, inputs={**built.inputs, "x": bumped})
+    assert cache.key(changed, changed) != cache.key(built, built)
+
+
+def test_without_a_folder_every_reference_is_computed(card):
+    workload, calls = _counted(_built(card))
+    cache = ReferenceCache(None)
+    cache.reference(workload, workload)
+    cache.reference(workload, workload)
+    assert len(calls) == 2 and cache.computed == 2
+
+
+def test_a_new_worker_measuring_the_baseline_again_reuses_the_references(tmp_path: Path, card):
+    """A resumed run measures each card's baseline again: its reference, and the second draw's a trial is
+    judged on, come from the cache; the judgement is the same."""
+    references = tmp_path / "references"
+    job = TrialJob(card=card.to_dict(), experiment_module="experiments.dit_gemm_tiles", device="cpu", scale=0.05,
+                   correctness={"same_factor": 4, "lowered_factor": 4},
+                   timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.01), profiler={"name": "none"},
+                   reference_path=str(tmp_path / "run1" / "reference.pt"), reference_cache=str(references))
+
+    def run(folder: str) -> tuple[Server, list]:
+        server = Server()
+        at = dataclasses.replace(job, reference_path=str(tmp_path / folder / "reference.pt"))
+        base = answer(server, at.for_trial("linear", {}, BASELINE, card_path=str(tmp_path / folder / "b.json")))
+        trial = answer(server, at.for_trial("dtype_layout", {"weight_layout": "kn"}, "trial",
+                                            card_path=str(tmp_path / folder / "t.json")))
+        return server, [base, trial]
+
+    first, replies = run("run1")
+    assert all(r.status is TrialStatus.COMPLETE for r in replies), [r.reason for r in replies]
+    cache = first.reference_cache(job)
+    assert cache.computed == 2 and cache.loaded == 0  # the card's reference and the second draw's
+    second, again = run("run2")
+    cache = second.reference_cache(job)
+    assert cache.computed == 0 and cache.loaded == 2
+    assert [r.judgement.max_rel for r in again] == [r.judgement.max_rel for r in replies]
