@@ -16,7 +16,8 @@ result and its headline numbers:
   reprofile_ncu      experiment=reprofile under ncu, one card per op kind: each baseline re-profiled and
                      its class against the report's -> the first section of reproduction.md
   channels_last_ncu  vae_channels_last under ncu on one conv3d card, one trial: a confirmed verdict, and
-                     whether the nchwToNhwc/nhwcToNchw transposes show in the baseline and in the variant
+                     which layout conversions (nchwToNhwc, nhwcToNchw, convertTensor, ...) the baseline and the
+                     variant run, with their time and bytes
   aa_timing          an A/A pair through the paired-rounds verdict (8 rounds), CUDA events, SM clock per round
   reproduction       five cards at scale 1 under the CUDA trace against the report -> reproduction.md
   side_stream        scripts/gpu_side_stream_check.py: an honest matmul and a side-stream variant, CUDA timer
@@ -141,7 +142,6 @@ AUTO_CARDS = [
 # A model outside the package, captured (python -m harness.capture): its CAPTURE_TOP hottest groups re-profiled.
 CAPTURE_MODEL = "examples.capture_model:make"
 CAPTURE_TOP = 3
-TRANSPOSE = re.compile(r"nchwToNhwc|nhwcToNchw")
 # Files other engineers' steps run; each step is skipped, saying so, while its file is missing.
 SIDE_STREAM_SCRIPT = REPO / "scripts" / "gpu_side_stream_check.py"
 PLANTS_TESTS = REPO / "tests" / "app" / "test_plants.py"
@@ -491,6 +491,21 @@ def _cards(path: Path) -> list[dict[str, Any]]:
 
 def _kernel_names(card: dict[str, Any]) -> list[str]:
     return [str(k.get("kernel") or k.get("name") or "") for k in card.get("kernels") or []]
+
+
+def _conversions(cards: list[dict[str, Any]]) -> Any:
+    """The layout-conversion kernels of these cards (every one cuDNN or cuTENSOR runs), with time and bytes."""
+    from harness.cards.layout_conversions import LayoutConversions, is_layout_conversion
+
+    kernels = [k for c in cards for k in c.get("kernels") or []
+               if is_layout_conversion(_kernel_names({"kernels": [k]})[0])]
+
+    def total(*fields: str) -> float | None:
+        values = [(k.get("metrics") or {}).get(f) for k in kernels for f in fields]
+        return None if any(not isinstance(v, (int, float)) for v in values) else float(sum(values))
+
+    return LayoutConversions(_kernel_names({"kernels": kernels}), total("dur_us"),
+                             total("dram_read_mb", "dram_write_mb"))
 
 
 def _short(card_id: str) -> str:
@@ -1103,27 +1118,20 @@ def step_channels_last_ncu(check: Check, step: Step, timeout: float) -> Outcome:
     proc, run_dir = _experiment(check, step, timeout, "channels_last_ncu", overrides, "channels_last")
     _ok_or_fail(proc, "experiment=vae_channels_last")
 
-    def transposes(cards: list[dict[str, Any]]) -> list[str]:
-        return [n for c in cards for n in _kernel_names(c) if TRANSPOSE.search(n)]
-
     base = _cards(run_dir / "baseline.json")
     trial_files = sorted((run_dir / "trials").glob("*/trial_*_channels_last_3d.json"))
     variant = [c for f in trial_files for c in _cards(f)]
     diff = next(iter((_read_json(run_dir / "diff.json") or {}).get("cards") or []), {})
-    before, after = transposes(base), transposes(variant)
-    numbers = {"baseline_transposes": before, "variant_transposes": after, "baseline_kernels": len(
-        [n for c in base for n in _kernel_names(c)]), "variant_measured": bool(variant),
-        "speedup": diff.get("speedup"), "timing_verdict": diff.get("timing_verdict"), "check": diff.get("verdict"),
-        "source": next((c.get("metrics_source") for c in base), None)}
-
-    def count(names: list[str]) -> str:
-        if not names:
-            return "none"
-        found = {key: sum(key in n for n in names) for key in ("nchwToNhwc", "nhwcToNchw")}
-        return ", ".join(f"{k} x{v}" for k, v in found.items() if v)
-
-    text = f"transposes in the baseline: {count(before)}; in channels_last_3d: " + (
-        count(after) if variant else "not measured")
+    # Every layout conversion, whatever cuDNN names it: on the H200 channels_last_3d ran two convertTensor
+    # kernels where the baseline ran the transposes, and a count of transposes alone said "none".
+    before, after = _conversions(base), _conversions(variant)
+    numbers = {"baseline_conversions": before.as_dict(), "variant_conversions": after.as_dict(),
+               "baseline_kernels": len([n for c in base for n in _kernel_names(c)]),
+               "variant_measured": bool(variant), "speedup": diff.get("speedup"),
+               "timing_verdict": diff.get("timing_verdict"), "check": diff.get("verdict"),
+               "source": next((c.get("metrics_source") for c in base), None)}
+    text = f"layout conversions in the baseline: {before.text()}; in channels_last_3d: " + (
+        after.text() if variant else "not measured")
     if diff.get("speedup"):
         text += f"; {diff['speedup']:.2f}x {diff.get('timing_verdict')}, check {diff.get('verdict')}"
     else:
@@ -1150,7 +1158,7 @@ def step_conv_kernels_ncu(check: Check, step: Step, timeout: float) -> Outcome:
         variant = "baseline" if trial.name == "baseline.json" else re.sub(r"^trial_\d+_", "", trial.stem)
         names = [n for c in _cards(trial) for n in _kernel_names(c)]
         tried[variant] = {"kernels": sorted({n[:80] for n in names})[:4],
-                          "transposes": sum(bool(TRANSPOSE.search(n)) for n in names)}
+                          "conversions": _conversions(_cards(trial)).counts()}
     diff = next(iter((_read_json(run_dir / "diff.json") or {}).get("cards") or []), {})
     best = _cards(run_dir / "tried.json")
     numbers = {"trials": tried, "speedup": diff.get("speedup"), "timing_verdict": diff.get("timing_verdict"),
@@ -1450,7 +1458,7 @@ STEPS = [
     Step("reprofile_ncu", Work(starts=1, ncu_trials=4), 45, ("cuda", "ncu", "harness"), step_reprofile_ncu,
          "reprofile under ncu, one card per op kind: time and class against the report"),
     Step("channels_last_ncu", Work(starts=1, ncu_trials=2, confirms=1), 50, ("cuda", "ncu", "harness"),
-         step_channels_last_ncu, "vae_channels_last under ncu, one trial: a confirmed verdict, the transposes"),
+         step_channels_last_ncu, "vae_channels_last under ncu, one trial: a confirmed verdict, the layout conversions"),
     Step("aa_timing", Work(other_s=15, other="one python: torch, two workloads, 8 paired rounds"), 25,
          ("cuda", "harness"), step_aa_timing, "A/A pair of 8 rounds, SM clock"),
     Step("reproduction", Work(starts=1, trace_trials=5), 70, ("cuda", "harness"), step_reproduction,

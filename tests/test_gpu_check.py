@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -135,16 +136,14 @@ def test_a_deadline_too_close_skips_the_steps_and_still_packs(tmp_path: Path) ->
 
 def _device_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[tuple[list[str], dict]]]:
     """The commands each step's device form starts, none skipped: ncu that profiles, the wheels
-    installed, the files the side-stream and plants steps run present; nothing is run."""
-    side_stream = tmp_path / "gpu_side_stream_check.py"
-    side_stream.write_text("print('{}')\n")
+    installed, the files the plants and reproduction_ncu steps need present; nothing is run."""
     plants = tmp_path / "test_plants.py"
     plants.write_text(f"import os\nDEVICE = os.environ.get('{gc.PLANTS_DEVICE_VAR}', 'cpu')\n")
-    monkeypatch.setattr(gc, "SIDE_STREAM_SCRIPT", side_stream)
     monkeypatch.setattr(gc, "PLANTS_TESTS", plants)
+    monkeypatch.setattr(gc, "CARDS_CLI", _cards_cli(tmp_path, with_reproduce=True))
     ncu = _fake_ncu(tmp_path, "echo 'gpu__time_duration.sum  duration'\n")
     check = _check(tmp_path, ncu=ncu)
-    kept = check.work / "ncu_reports" / "reprofile" / gc.PER_OP_KIND[0] / "000_baseline_as_reported"
+    kept = check.work / "ncu_reports" / "reproduction" / gc.PER_OP_KIND[0] / "000_baseline_as_reported"
     kept.mkdir(parents=True)
     (kept / "trial.ncu-rep").write_bytes(b"report")
     commands: dict[str, list[tuple[list[str], dict]]] = {}
@@ -167,6 +166,14 @@ def _device_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[st
     return commands
 
 
+def _cards_cli(tmp_path: Path, with_reproduce: bool) -> Path:
+    """A stand-in for harness/cards/cli.py, with or without the reproduce subcommand's parser."""
+    cli = tmp_path / "cli.py"
+    cli.write_text("sub.add_parser('lint')\n" + ("rep = sub.add_parser(\n    \"reproduce\", help='...')\n"
+                                                 if with_reproduce else ""))
+    return cli
+
+
 def _override(argv: list[str], key: str) -> str | None:
     return next((a.split("=", 1)[1] for a in argv if a.startswith(key + "=")), None)
 
@@ -177,38 +184,65 @@ def test_every_step_has_a_device_command_and_the_plan_fits_the_deadline(tmp_path
     assert set(commands) == set(gc.STEP_NAMES)
     harness = {name: [argv for argv, _ in runs if argv[1:3] == ["-m", "harness"]] for name, runs in commands.items()}
     # An ncu step's budget counts one ncu trial per card and trial it runs (baselines included).
-    for name in ("reprofile_ncu", "channels_last_ncu", "stalls_ncu", "conv_kernels_ncu"):
+    for name in ("reproduction_ncu", "channels_last_ncu", "stalls_ncu", "conv_kernels_ncu"):
         (argv,) = harness[name]
         assert "profiler=ncu" in argv and "device=cuda" in argv, name
         cards = len(_override(argv, "cards").strip("[]").split(","))
         assert STEPS[name].work.ncu_trials == cards * (1 + int(_override(argv, "search.n_trials") or 0)), name
-    (reproduction,) = harness["reproduction"]
-    assert "profiler=torch_cuda" in reproduction and STEPS["reproduction"].work.trace_trials == len(gc.REPRODUCTION)
+    # reproduction_ncu: one card per op kind and the five that carry the report's time (the cast is in both), at
+    # scale 1 and in each card's own dtype (no dtype override), then the verdicts on its baseline.
+    (reproduction,) = harness["reproduction_ncu"]
+    assert _override(reproduction, "cards") == "[" + ",".join(dict.fromkeys(gc.PER_OP_KIND + gc.REPRODUCTION)) + "]"
+    assert _override(reproduction, "workload.scale") == "1.0" and _override(reproduction, "experiment") == "reprofile"
+    assert not any("dtype" in a for a in reproduction) and STEPS["reproduction_ncu"].work.ncu_trials == 8
+    # wins: each experiment on its card at scale 1 under the CUDA trace; a traced trial per baseline and trial.
+    wins = {_override(argv, "experiment"): argv for argv in harness["wins"]}
+    assert set(wins) == {"vae_bf16", "dit_small_m_batching"}
+    assert _override(wins["vae_bf16"], "cards") == "[vae-480-conv3d-96to96k333t6-13c157]"
+    assert _override(wins["dit_small_m_batching"], "cards") == "[dit-480-linear-m3n30720k5120-c91997]"
+    assert "experiment.space.low_precision.dtype=[bfloat16]" in wins["vae_bf16"]
+    assert "experiment.space.batched.k=[20]" in wins["dit_small_m_batching"]
+    for argv in wins.values():
+        assert "profiler=torch_cuda" in argv and _override(argv, "workload.scale") == "1.0" and "device=cuda" in argv
+    assert STEPS["wins"].work.trace_trials == sum(1 + int(_override(a, "search.n_trials")) for a in wins.values())
+    # chunk_trace: the 480 chunk card of each, one variant that compiles nothing.
+    chunks = {_override(argv, "experiment"): argv for argv in harness["chunk_trace"]}
+    assert _override(chunks["vae_decode_chunk"], "cards") == "[vae-480-chunk-decode-c9e063]"
+    assert _override(chunks["dit_block"], "cards") == "[dit-480-chunk-block-88c34e]"
+    assert "+experiment.space={modulation_once: {}}" in chunks["dit_block"]
+    assert all(_override(a, "search.n_trials") == "1" and not any("compiled" in x for x in a) for a in chunks.values())
     assert len(harness["chunk_trace"]) == STEPS["chunk_trace"].work.starts == 2
+    assert STEPS["chunk_trace"].work.trace_trials == 2 * len(chunks)
+    (auto,) = harness["auto_trace"]
+    assert _override(auto, "cards") == "[output-480-cast-f18982]" and _override(auto, "search.n_trials") == "1"
     assert all(STEPS[name].work.starts == len(runs) for name, runs in harness.items()
                if name not in ("gpu_tests", "capture"))
     # The capture: its own process, which starts the re-profile run under ncu (its Hydra overrides passed on).
     (capture, _), = commands["capture"]
     assert capture[1:4] == ["-m", "harness.capture", gc.CAPTURE_MODEL] and STEPS["capture"].work.starts == 2
     assert capture[capture.index("--profiler") + 1] == "ncu" and capture[capture.index("--device") + 1] == "cuda"
-    assert int(capture[capture.index("--top") + 1]) == STEPS["capture"].work.ncu_trials
+    assert int(capture[capture.index("--top") + 1]) == STEPS["capture"].work.ncu_trials == 2
     assert any(a.startswith("--override=profiler.keep_dir=") for a in capture)
+    # gpu_tests: the files that mark a gpu or ncu test, less the app test reproduction_ncu repeats.
     (pytest_argv, pytest_env), = commands["gpu_tests"]
-    assert pytest_argv[pytest_argv.index("-m", 3) + 1] == "gpu or ncu"
-    assert "tests/app/test_gpu_paths.py::test_ncu_backend_reprofiles_every_op_kind" in pytest_argv
+    assert pytest_argv[pytest_argv.index("-m", 3) + 1] == "gpu or ncu" and "--durations=15" in pytest_argv
+    assert "tests/workloads/test_workloads_gpu.py" in pytest_argv and "tests/profile/test_cuda_timing.py" in pytest_argv
+    assert "tests/cards" not in pytest_argv and not any(a.startswith("tests/app") for a in pytest_argv)
+    assert "tests/app/test_gpu_paths.py::test_ncu_backend_reprofiles_every_op_kind" in gc.COVERED_BY_STEPS
     assert pytest_env["PATH"].split(os.pathsep)[0] == str(tmp_path / "bin")
     (plants_argv, plants_env), = commands["plants"]
     assert plants_env[gc.PLANTS_DEVICE_VAR] == "cuda" and str(tmp_path / "test_plants.py") in plants_argv
-    assert commands["side_stream"][0][0][1:] == [str(tmp_path / "gpu_side_stream_check.py")]
     assert commands["ncu_preflight"][0][0][0] == str(tmp_path / "bin" / "ncu")
 
     plan = gc.make_plan(gc.STEPS, True, gc.DEFAULT_DEADLINE_S)
     planned = [p for p in plan if p.planned]
     assert gc.DEFAULT_DEADLINE_S == 420 and gc.plan_total_s(plan) <= 420
     assert sum(p.budget_s for p in planned) + gc.PACK_RESERVE_S == gc.plan_total_s(plan)
-    # In order of value: the re-profiled cards first, then a confirmed verdict, the A/A pair, the table.
+    # Every step planned inside the deadline (the first H200 run left four unplanned, and auto_trace never ran).
+    assert planned == plan
+    # In order of value: the verdicts on the report's cards first, then the wins, a confirmed layout verdict, A/A.
     order = [p.step.name for p in planned]
-    assert order[3:7] == ["reprofile_ncu", "channels_last_ncu", "aa_timing", "reproduction"]
+    assert order[3:7] == ["reproduction_ncu", "wins", "channels_last_ncu", "aa_timing"]
     everything = sum(s.budget_s for s in gc.STEPS) + gc.PACK_RESERVE_S
     assert all(p.planned for p in gc.make_plan(gc.STEPS, True, everything))
     lines = gc.plan_lines(plan, True, gc.DEFAULT_DEADLINE_S)
@@ -221,7 +255,7 @@ def test_the_device_forms_harness_commands_compose(tmp_path: Path, monkeypatch: 
     """Every harness command the device would run is a valid Hydra composition (`--cfg job`, no run)."""
     commands = _device_commands(tmp_path, monkeypatch)
     runs = [(name, argv) for name, found in commands.items() for argv, _ in found if argv[1:3] == ["-m", "harness"]]
-    assert len(runs) == 8
+    assert len(runs) == 9
     for name, argv in runs:
         proc = subprocess.run([sys.executable, *argv[1:], "--cfg", "job"], check=False, capture_output=True,
                               text=True, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -517,6 +551,23 @@ def test_headlines_from_run_folders(tmp_path: Path) -> None:
     check = _check(tmp_path)
     check.harness_run = lambda step, name, args, timeout: (gc.Proc(0, False, 1.0, ""), run)  # type: ignore
     outcome = gc.step_channels_last_ncu(check, STEPS["channels_last_ncu"], 30)
-    assert outcome.numbers["baseline_transposes"] and outcome.numbers["variant_transposes"] == []
-    assert "nchwToNhwc x1, nhwcToNchw x1" in outcome.result and "channels_last_3d: none" in outcome.result
+    assert outcome.numbers["baseline_conversions"]["kernels"]
+    assert outcome.numbers["variant_conversions"]["kernels"] == []
+    assert "nchwToNhwcKernel x1, nhwcToNchwKernel x1 (time unknown" in outcome.result
+    assert "channels_last_3d: none" in outcome.result
     assert re.search(r"1\.30x FASTER, check yes$", outcome.result)
+
+
+def test_the_channels_last_step_names_the_h200_convert_tensor_kernels(tmp_path: Path) -> None:
+    # The H200 run said "in channels_last_3d: none" while cuDNN ran two convertTensor kernels (74.336 + 4.224 us).
+    cards = REPO / "tests" / "fixtures" / "cards"
+    run = tmp_path / "run"
+    (run / "trials" / "c").mkdir(parents=True)
+    shutil.copyfile(cards / "h200_channels_last_baseline.json", run / "baseline.json")
+    shutil.copyfile(cards / "h200_channels_last_trial.json", run / "trials" / "c" / "trial_0000_channels_last_3d.json")
+    check = _check(tmp_path)
+    check.harness_run = lambda step, name, args, timeout: (gc.Proc(0, False, 1.0, ""), run)  # type: ignore
+    outcome = gc.step_channels_last_ncu(check, STEPS["channels_last_ncu"], 30)
+    assert "in the baseline: nchwToNhwcKernel x2, nhwcToNchwKernel x1 (80.5 us" in outcome.result  # 70.4+3.136+6.976
+    assert "in channels_last_3d: convertTensor_kernel x2 (78.6 us" in outcome.result
+    assert outcome.numbers["variant_conversions"]["dur_us"] == pytest.approx(74.336 + 4.224)

@@ -22,6 +22,11 @@ from harness.cards.model import ReportError, load_report, write_json_atomic, wri
 from harness.errors import HarnessError
 
 EXIT_BAD_INPUT = 2
+COVERAGE_TEXT = ("How the shares are measured: forwards in which every call is timed alone (the CPU clock, or CUDA "
+                 "events), each call's own time (the part of its span no earlier call's span covered, so nested or "
+                 "overlapping calls count once) over those forwards' whole time; so the shares add up to at most "
+                 "100%, the rest being the model's Python between the calls and the timer's own work. A group's "
+                 "time in the model is its share of the plain forward's time.")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -84,9 +89,9 @@ def summary_table(result: CaptureResult) -> str:
     record = result.report.extra["capture"]
     lines = [f"# Capture of {record['model']}", "",
              f"{record['recorded_calls']} calls in {record['groups']} groups; forward {record['forward_us']:.0f} us "
-             f"(median of plain forwards), {_percent(record['ops_share_of_forward'])} of it in these calls (each "
-             f"timed alone); the {record['cards']} cards cover {_percent(record['cards_share_of_forward'])} of the "
-             "forward.", "",
+             f"(median of plain forwards), {_percent(record['ops_share_of_forward'])} of it in these calls; the "
+             f"{record['cards']} cards cover {_percent(record['cards_share_of_forward'])} of the forward.", "",
+             COVERAGE_TEXT, "",
              "| card | op | calls | time in model us | share | class |", "|---|---|---:|---:|---:|---|"]
     for kept in result.kept:
         card = kept.card

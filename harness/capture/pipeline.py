@@ -134,9 +134,16 @@ def capture(options: CaptureOptions) -> CaptureResult:
     path = options.out / "report.json"
     save_report(report, path)
     if profiled is not None and not report.cards:
-        first = next(iter(profiled.failed.values()), "no reason recorded")
-        raise CaptureError(f"no card could be re-profiled (first: {first}); the runs are in {options.out}")
+        raise CaptureError(f"no card could be re-profiled: {why_each(profiled.failed)}; the runs are in {options.out}")
     return CaptureResult(report, path, kept)
+
+
+def why_each(failed: dict[str, str]) -> str:
+    """Each card's reason, the cards of one reason together: `a, b: <why>; c: <why>`."""
+    by_reason: dict[str, list[str]] = {}
+    for card_id, why in failed.items():
+        by_reason.setdefault(why, []).append(card_id)
+    return "; ".join(f"{', '.join(ids)}: {why}" for why, ids in by_reason.items()) or "no reason recorded"
 
 
 def group_table(groups: list[Group], kept: list[Kept], forward_s: float) -> list[dict[str, Any]]:

@@ -6,8 +6,8 @@ its workload from the hash-verified files, checked against its float64 reference
 the chosen backend exactly as a trial's baseline is (ncu in its NVTX range with the report's metric set
 on a GPU, the roofline estimates on a CPU), and classified by the same rules. Its `baseline.json` holds
 the measured cards; the capture's report takes their kernels and classes. A card whose baseline cannot
-be measured ends that run with one line naming it: it is left unprofiled with that reason, and the run
-goes again without it.
+be measured (its replay fails, its op has no workload here) ends that run with one line naming it: it is
+left unprofiled with that reason, the cards measured before it are kept, and the rest run again.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.cards.model import Card, load_report
+from harness.cards.model import Card, ReportError, load_report
 
 PROFILED_FIELDS = ("summed_kernel_us", "dominant_kernel", "primary", "primary_rule", "alternative_explanation",
                    "counter_experiment", "status")
 # What of a measured card's extras a captured card keeps: where its numbers came from and what they used.
 KEPT_EXTRAS = ("metrics_source", "profiler", "peaks", "profiler_notes")
-_FAILED_CARD = re.compile(r"card (\S+?):")
 
 
 @dataclass
@@ -52,30 +51,52 @@ def _last_error(output: str) -> str:
     return (errors or lines or ["no output"])[-1]
 
 
+def _culprit(why: str, pending: list[str]) -> str | None:
+    """The card a run's error line names (`card X: ...`, `cannot run card X on this install: ...`): the longest
+    pending id in it, since one id can begin another (`x` and `x-2`)."""
+    named = [card_id for card_id in pending if re.search(rf"card {re.escape(card_id)}\b(?!-)", why)]
+    return max(named, key=len, default=None)
+
+
+def _finished(run_dir: Path) -> list[Card]:
+    """The cards a run measured before it stopped: it rewrites baseline.json after each card."""
+    try:
+        return load_report(run_dir / "baseline.json").cards
+    except ReportError:  # no card finished
+        return []
+
+
 def profile_cards(report: Path, inputs: Path, card_ids: list[str], out_dir: Path, device: str,
                   profiler: str, overrides: Sequence[str] = ()) -> Profiled:
-    """Re-profile the cards; a card that fails its baseline is dropped with its reason and the rest run again."""
+    """Re-profile the cards; one bad card never sinks the rest. A run that ends on one card's error keeps the
+    cards it finished, leaves that card out with its reason and goes on with the others; an error naming no
+    card splits the run's cards in two halves, each run again, so that it is left to the cards it belongs to
+    (a half that fails with the same error as the whole: its cards all left out with it)."""
     result = Profiled(cards={})
-    pending = list(card_ids)
-    attempt = 0
-    while pending:
-        run_dir = out_dir / ("reprofile" if attempt == 0 else f"reprofile.{attempt}")
-        attempt += 1
+    queue: list[tuple[list[str], str | None]] = [(list(card_ids), None)]  # cards, the error of the run they split
+    while queue:
+        pending, parent_error = queue.pop(0)
+        run_dir = out_dir / ("reprofile" if not result.runs else f"reprofile.{len(result.runs)}")
         command = reprofile_command(report, inputs, pending, run_dir, device, profiler, overrides)
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         result.runs.append(run_dir)
+        measured = {card.id: card for card in _finished(run_dir) if card.id in pending}
+        result.cards.update(measured)
         if done.returncode == 0:
-            for card in load_report(run_dir / "baseline.json").cards:
-                result.cards[card.id] = card
-            return result
-        why = _last_error(done.stdout + done.stderr)
-        match = _FAILED_CARD.search(why)
-        culprit = match.group(1) if match and match.group(1) in pending else None
-        if culprit is None:  # not one card's fault: none of them is profiled
-            result.failed.update({card_id: why for card_id in pending})
-            return result
-        result.failed[culprit] = why.removeprefix("error: ")
-        pending.remove(culprit)
+            continue
+        why = _last_error(done.stdout + done.stderr).removeprefix("error: ")
+        rest = [card_id for card_id in pending if card_id not in measured]
+        culprit = _culprit(why, rest)
+        if culprit is not None:
+            result.failed[culprit] = why
+            rest.remove(culprit)
+            if rest:
+                queue.insert(0, (rest, None))
+        elif len(rest) == 1 or why == parent_error:
+            result.failed.update({card_id: why for card_id in rest})
+        elif rest:
+            half = len(rest) // 2
+            queue[:0] = [(rest[:half], why), (rest[half:], why)]
     return result
 
 

@@ -6,8 +6,10 @@ A TorchFunctionMode sees the calls the model's Python code makes (`F.linear`, `t
 runs, so a call's own inner calls are not recorded, and the cards name ops as the shipped report does.
 The recorded forward only groups the calls and copies inputs; then `timed` more forwards time every call
 alone (the CPU clock, or CUDA events read after the forward), each credited to the recorded call at its
-place in the sequence, so a group's time is its calls' median time per forward in the model, without the
-recorder's own work. A model whose forward does not repeat its calls is a CaptureMismatch.
+place in the sequence, without the recorder's own work. A group's share of the forward is its calls' own
+time (a span's part that no earlier span covered: CUDA events overlap) over those forwards' whole time, so
+the shares add up to at most 1 (on the H200 the calls' raw spans summed to 159% of the plain forward). A
+model whose forward does not repeat its calls is a CaptureMismatch.
 
 Module paths come from global forward hooks: the stage of a call is the top-level child of the model that
 issued it (`decoder`), or `model` for the model's own forward.
@@ -38,7 +40,8 @@ class Group:
     stage: str
     module: str  # the module path of the first call
     calls: int = 0
-    time_s: float = 0.0
+    share: float = 0.0  # of the forward: its calls' own time over the timed forwards' (record_forward)
+    time_s: float = 0.0  # in the model: its share of the plain forward's time
     second: dict[str, torch.Tensor] = field(default_factory=dict)  # the second call's activations, copied
     modules: set[str] = field(default_factory=set)
 
@@ -48,7 +51,7 @@ def _copies(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 class _Clock:
-    """Per-call times: the CPU clock, or CUDA events on the current stream, read once the forward is done."""
+    """Marks on one clock: the CPU's, or CUDA events on the current stream, read once the forward is done."""
 
     def __init__(self, cuda: bool):
         self.cuda = cuda
@@ -61,12 +64,21 @@ class _Clock:
             return event
         return time.perf_counter()
 
-    def seconds(self) -> list[float]:
-        """Each span's duration, in the order the spans were added."""
-        if self.cuda:
-            torch.cuda.synchronize()
-            return [started.elapsed_time(ended) / 1e3 for started, ended in self.spans]
-        return [ended - started for started, ended in self.spans]
+    def since(self, origin: Any, mark: Any) -> float:
+        """Seconds from `origin` to `mark` (for CUDA events: on the stream, once synchronized)."""
+        return origin.elapsed_time(mark) / 1e3 if self.cuda else mark - origin
+
+
+def own_seconds(spans: list[tuple[float, float]]) -> list[float]:
+    """Each span's own time, in the order given: the part of it no earlier span already covered. On the CPU
+    the calls' spans follow one another; CUDA events can overlap (async launches, a call's work spilling into
+    the next span), and a nested call would repeat its caller's time: counted once here, the spans add up to
+    at most the time from the first start to the last end."""
+    own, reached = [], float("-inf")
+    for start, end in spans:
+        own.append(max(0.0, end - max(start, reached)))
+        reached = max(reached, end)
+    return own
 
 
 def _returns_tensor(out: Any) -> bool:
@@ -163,19 +175,36 @@ class CaptureMismatch(RuntimeError):
     """A timed forward called other functions than the recorded one: the model's control flow varies."""
 
 
+@dataclass
+class TimedPass:
+    """One forward timed call by call: each group's calls' own time, and the forward's whole time."""
+
+    seconds: dict[int, float]  # by id(group)
+    total_s: float
+
+
 def timed_forward(model: torch.nn.Module, inputs: tuple[Any, ...], cuda: bool,
-                  sequence: list[tuple[Any, Group]]) -> dict[int, float]:
-    """One forward with every call timed alone, credited to the recorded call at its place: seconds by group."""
+                  sequence: list[tuple[Any, Group]]) -> TimedPass:
+    """One forward with every call timed alone, credited to the recorded call at its place."""
     timer = _CallTimer(cuda)
-    with torch.no_grad(), timer:
-        model(*inputs)
+    clock = timer.clock
+    if cuda:
+        torch.cuda.synchronize()
+    with torch.no_grad():
+        began = clock.mark()
+        with timer:
+            model(*inputs)
+        ended = clock.mark()
+    if cuda:
+        torch.cuda.synchronize()
     if timer.funcs != [func for func, _ in sequence]:
         raise CaptureMismatch(f"a second forward made {len(timer.funcs)} calls where the recorded one made "
                               f"{len(sequence)}, or other ones: the capture needs a forward that repeats")
+    spans = [(clock.since(began, start), clock.since(began, end)) for start, end in clock.spans]
     totals: dict[int, float] = {}
-    for (_, group), seconds in zip(sequence, timer.clock.seconds()):
+    for (_, group), seconds in zip(sequence, own_seconds(spans)):
         totals[id(group)] = totals.get(id(group), 0.0) + seconds
-    return totals
+    return TimedPass(totals, clock.since(began, ended))
 
 
 def plain_forward(model: torch.nn.Module, inputs: tuple[Any, ...], cuda: bool) -> float:
@@ -193,15 +222,23 @@ def plain_forward(model: torch.nn.Module, inputs: tuple[Any, ...], cuda: bool) -
 def record_forward(model: torch.nn.Module, inputs: tuple[Any, ...], cuda: bool, stage_of: Callable[[str], str],
                    repeats: int = 3) -> tuple[list[Group], float]:
     """One recorded forward of `model` on `inputs`, then `repeats` pairs of a plain forward and a forward whose
-    calls are timed one by one, interleaved so that both see the same machine: the groups, each with its calls'
-    median time per forward, and the plain forward's median time."""
+    calls are timed one by one, interleaved so that both see the same machine: the groups, and the plain
+    forward's median time.
+
+    A group's share is its calls' own time (own_seconds: no time counted twice) over the timed forwards' whole
+    time, pooled over the passes, so the shares of all groups add up to at most 1; the rest is the model's
+    Python between the calls and the timer's own work. A group's time in the model is its share of the plain
+    forward's median time, which the timer's work does not slow."""
     with torch.no_grad(), _ModulePath(model) as modules, Recorder(model, stage_of, modules) as recorder:
         model(*inputs)
     plain, passes = [], []
     for _ in range(max(repeats, 1)):
         plain.append(plain_forward(model, inputs, cuda))
         passes.append(timed_forward(model, inputs, cuda, recorder.sequence))
+    forward_s = statistics.median(plain)
+    timed_s = sum(p.total_s for p in passes)
     groups = list(recorder.groups.values())
     for group in groups:
-        group.time_s = statistics.median(p.get(id(group), 0.0) for p in passes)
-    return groups, statistics.median(plain)
+        group.share = sum(p.seconds.get(id(group), 0.0) for p in passes) / timed_s if timed_s > 0 else 0.0
+        group.time_s = group.share * forward_s
+    return groups, forward_s

@@ -27,7 +27,7 @@ from harness.cards.fields import (
     PARTIAL_WAVE_TAIL,
     UNRESOLVED,
 )
-from harness.cards.kernel_families import kernel_family
+from harness.cards.layout_conversions import layout_conversions
 from harness.cards.measures import NO, NOT_MEASURABLE, YES, dominant_metric
 from harness.cards.model import Card
 from harness.errors import HarnessError
@@ -72,27 +72,21 @@ def _check_occupancy(diff: CardDiff, before: Card, after: Card) -> tuple[str, st
 
 
 def _check_transposes_removed(diff: CardDiff, before: Card, after: Card) -> tuple[str, str]:
-    transposes = [f for f in diff.kernels_removed if _is_layout_conversion(f)]
-    remaining = [k.name for k in after.kernels if _is_layout_conversion(kernel_family(k.name))]
+    # Every conversion counts, whatever cuDNN calls it: channels_last_3d on an H200 swapped the transposes
+    # for two convertTensor kernels, which is no conversion removed.
+    was, left = layout_conversions(before), layout_conversions(after)
     fell = time_fell(diff.timing_verdict)
     if fell is None:
         return NOT_MEASURABLE, f"time verdict {diff.timing_verdict}: not a confirmed change"
-    if not any(_is_layout_conversion(kernel_family(k.name)) for k in before.kernels):
+    if not was.kernels:
         return NOT_MEASURABLE, (
             f"the baseline shows no separate layout-conversion kernel on this backend, so none can be "
             f"removed; time {diff.timing_verdict}"
         )
-    holds = not remaining and fell
-    gone = ", ".join(transposes) or "none"
+    holds = not left.kernels and fell
     return (YES if holds else NO), (
-        f"layout conversions removed: {gone}; still present: {len(remaining)}; time {diff.timing_verdict}"
+        f"layout conversions before: {was.text()}; after: {left.text()}; time {diff.timing_verdict}"
     )
-
-
-def _is_layout_conversion(family: str) -> bool:
-    lowered = family.lower()
-    return any(token in lowered for token in ("nchwtonhwc", "nhwctonchw", "aten::copy_", "aten::contiguous",
-                                              "aten::clone", "aten::_to_copy"))
 
 
 CHECKS: dict[str, Check] = {  # by name; register_check adds to it

@@ -24,6 +24,7 @@ from harness.cards.diff_sides import variant_of
 from harness.cards.fields import UNRESOLVED
 from harness.cards.kernel_families import family_sums
 from harness.cards.labels import class_source, flag_over_peak, transition
+from harness.cards.layout_conversions import layout_conversions
 from harness.cards.measures import (
     KERNEL_SUM_PER_CALL_BASIS,
     NOT_MEASURABLE,
@@ -107,6 +108,8 @@ class CardDiff:
     class_transition: str = ""
     # A chunk card's row: per contained op card, then "other", {card, before_us, after_us} (harness.trial.chunks).
     op_breakdown: list[dict[str, Any]] | None = None
+    # Each side's layout-conversion kernels {kernels, dur_us, dram_mb} (harness.cards.layout_conversions).
+    layout_conversions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -186,6 +189,8 @@ def diff_cards(
         adopted=adopted,
         variant_before=variant_of(before),
         variant_after=variant_of(after),
+        layout_conversions={side: layout_conversions(card).as_dict()
+                            for side, card in (("before", before), ("after", after))},
     )
     result.verdict, result.verdict_detail = spec.judge(result, before, after)
     own: CardCheck = judge_card_check(report_card or before, before, after, verdict_t)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from harness.cards.cells import fmt
+from harness.cards.layout_conversions import LayoutConversions
 from harness.cards.measures import KERNEL_SUM_BASIS, TIMING_BASIS
 from harness.cards.time_verdict import VERDICT_RULE_TEXT
 
@@ -111,6 +112,10 @@ def render_markdown(diff: ReportDiff, title: str = "Before/after card diff", int
             lines.append(f"- Kernels removed: {', '.join(f'`{k}`' for k in d.kernels_removed)}")
         if d.kernels_added:
             lines.append(f"- Kernels added: {', '.join(f'`{k}`' for k in d.kernels_added)}")
+        conversions = {side: LayoutConversions(**found) for side, found in d.layout_conversions.items()}
+        if any(found.kernels for found in conversions.values()):
+            lines.append("- Layout conversions: " + "; ".join(f"{side} {found.text()}"
+                                                             for side, found in conversions.items()))
         if d.kernels_matched:
             lines += [""] + _kernel_table(d)
         if d.metric_deltas:

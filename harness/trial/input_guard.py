@@ -36,13 +36,15 @@ class InputGuard:
         with torch.no_grad():
             self._pristine = {name: t.detach().clone(memory_format=torch.preserve_format)
                               for name, t in self._inputs.items()}
+        # Its own strides, not the copy's: a copy of a slice with gaps (a replayed strided view) is contiguous.
+        self._strides = {name: t.stride() for name, t in self._inputs.items()}
 
     def changed(self) -> list[str]:
         """The inputs whose bits, shape or strides are no longer what they were built with."""
         out = []
         for name, tensor in self._inputs.items():
             pristine = self._pristine[name]
-            if tensor.shape != pristine.shape or tensor.stride() != pristine.stride():
+            if tensor.shape != pristine.shape or tensor.stride() != self._strides[name]:
                 out.append(name)
             elif not torch.equal(_bits(tensor.detach()), _bits(pristine)):
                 out.append(name)
@@ -53,7 +55,7 @@ class InputGuard:
         with torch.no_grad():
             for name, tensor in self._inputs.items():
                 pristine = self._pristine[name]
-                if tensor.shape != pristine.shape or tensor.stride() != pristine.stride():
+                if tensor.shape != pristine.shape or tensor.stride() != self._strides[name]:
                     # torch's stub types set_'s source as a Storage only; it documents and takes a tensor
                     tensor.set_(pristine.clone(memory_format=torch.preserve_format))  # type: ignore[call-overload]
                 else:

@@ -53,7 +53,11 @@ def layout_of(tensor: torch.Tensor) -> str:
 
 
 def describe_tensor(tensor: torch.Tensor) -> dict[str, Any]:
-    return {"shape": list(tensor.shape), "dtype": dtype_name(tensor.dtype), "layout": layout_of(tensor)}
+    """Shape, dtype, layout; a strided tensor's strides too, so that its replay runs on the same strides (a
+    `.contiguous()` of a slice is a copy in the model, and would be no work on a contiguous replay)."""
+    layout = layout_of(tensor)
+    strides = {"strides": list(tensor.stride())} if layout == "strided" else {}
+    return {"shape": list(tensor.shape), "dtype": dtype_name(tensor.dtype), "layout": layout, **strides}
 
 
 def qualified_name(fn: Callable[..., Any]) -> str:

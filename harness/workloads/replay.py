@@ -163,12 +163,30 @@ def _spec(name: str, spec: Any) -> dict[str, Any]:
     if LAYOUT_DIMS.get(layout, len(shape)) != len(shape):
         raise WorkloadError(f"{KIND}: tensor {name!r} is {len(shape)}-D, layout {layout} needs {LAYOUT_DIMS[layout]}-D")
     dtype = tensor_dtype(spec.get("dtype", "float32"), f"tensor {name!r} dtype")
-    return {"shape": shape, "dtype": dtype_name(dtype), "layout": layout}
+    strides = spec.get("strides")
+    if layout == "strided" and strides is not None and not (
+            isinstance(strides, list) and len(strides) == len(shape)
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in strides)):
+        raise WorkloadError(f"{KIND}: tensor {name!r} strides {strides!r}: one non-negative integer per dimension")
+    kept = {"strides": strides} if layout == "strided" and strides is not None else {}
+    return {"shape": shape, "dtype": dtype_name(dtype), "layout": layout, **kept}
 
 
-def _laid_out(tensor: torch.Tensor, layout: str) -> torch.Tensor:
-    """In the recorded memory format; a strided view (a transpose, a slice) is replayed contiguous."""
-    return tensor.contiguous(memory_format=MEMORY_FORMATS.get(layout, torch.contiguous_format))
+def _laid_out(tensor: torch.Tensor, spec: dict[str, Any]) -> torch.Tensor:
+    """In the recorded memory format; a strided tensor on its recorded strides where they hold each element
+    once (a slice, a transpose), else (an expand's zero stride, no strides recorded) contiguous."""
+    strides = spec.get("strides")
+    if spec["layout"] == "strided" and strides and 0 not in strides:
+        laid = torch.empty_strided(tuple(spec["shape"]), tuple(strides), dtype=tensor.dtype, device=tensor.device)
+        try:
+            return laid.copy_(tensor)
+        except RuntimeError:  # strides that overlap: no tensor of its own can have them
+            pass
+    return tensor.contiguous(memory_format=MEMORY_FORMATS.get(spec["layout"], torch.contiguous_format))
+
+
+def _restored(spec: dict[str, Any]) -> bool:
+    return spec["layout"] != "strided" or bool(spec.get("strides")) and 0 not in spec["strides"]
 
 
 def first_tensor(output: Any, name: str) -> torch.Tensor:
@@ -183,7 +201,7 @@ def first_tensor(output: Any, name: str) -> torch.Tensor:
 
 def _meta_output(call: Call) -> tuple[torch.Tensor | None, str]:
     """The output on the meta device (shapes without compute), and how many outputs there are, or why not."""
-    tensors = {n: _laid_out(torch.empty(s["shape"], dtype=call.dtype(n), device="meta"), s["layout"])
+    tensors = {n: _laid_out(torch.empty(s["shape"], dtype=call.dtype(n), device="meta"), s)
                for n, s in call.tensors.items()}
     try:
         args, kwargs = call.decoded(tensors, "meta")
@@ -220,7 +238,7 @@ def _take(source: Source, name: str, spec: dict[str, Any], dtype: torch.dtype, p
     if not (dtype.is_floating_point or dtype.is_complex) and source.find((name,), primary) is None:
         raise WorkloadError(f"{KIND}: tensor {name!r} is {dtype_name(dtype)} (indices or a mask), which a seeded "
                             "draw cannot stand for: give the captured inputs (inputs.dir=) that hold it")
-    return _laid_out(source.take(name, shape, shape, dtype, primary=primary), spec["layout"])
+    return _laid_out(source.take(name, shape, shape, dtype, primary=primary), spec)
 
 
 def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
@@ -229,7 +247,7 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
     call, device = parse_call(plan_.shape), source.device
     inputs = {n: _take(source, n, s, call.dtype(n), primary=i == 0) for i, (n, s) in enumerate(call.tensors.items())}
     notes = [f"tensor {n} was a strided view: replayed contiguous" for n, s in call.tensors.items()
-             if s["layout"] == "strided"]
+             if not _restored(s)]
     held = [n for n in call.activations if not inputs[n].is_floating_point()]
     if held:
         notes.append(f"{', '.join(held)} held constant across draws: another draw of indices or a mask is not one")

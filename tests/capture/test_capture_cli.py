@@ -61,7 +61,10 @@ def test_a_captured_model_runs_through_the_harness_on_its_captured_inputs(tmp_pa
     report = load_report(out / "report.json")
     record = json.loads((out / "report.json").read_text())["capture"]
     assert record["groups"] >= 10 and record["cards"] == len(report.cards) == 6 and not record["unprofiled"]
-    assert 0 < record["cards_share_of_forward"] <= record["ops_share_of_forward"]
+    assert 0 < record["cards_share_of_forward"] <= record["ops_share_of_forward"] <= 1  # shares of one forward
+    groups = json.loads((out / "groups.json").read_text())
+    assert sum(g["share_of_forward"] for g in groups) <= 1 + 1e-5  # each rounded to 6 digits
+    assert "How the shares are measured" in (out / "capture.md").read_text()
     linear = {(c.shape_parameters["M"], c.shape_parameters["N"], c.shape_parameters["K"])
               for c in report.cards if c.op_kind == "linear"}
     # examples/capture_model.py: 2 x 96 tokens of width 64, QKV 192, FFN 256.

@@ -1,11 +1,14 @@
 """The recorder on planted models: what it groups, names, keeps and times (in process, no profiling)."""
 
+import math
+import time
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from harness.capture.calls import describe_call
-from harness.capture.recorder import CaptureMismatch, record_forward
+from harness.capture.recorder import CaptureMismatch, own_seconds, record_forward
 
 
 def _groups(model, *inputs, stage_of=lambda child: child):
@@ -118,3 +121,36 @@ def test_a_forward_that_does_not_repeat_is_refused():
 
     with pytest.raises(CaptureMismatch, match="forward that repeats"):
         record_forward(Flaky(), (torch.randn(3),), False, lambda c: c, repeats=1)
+
+
+def _sleeper(x, seconds):
+    """An op the recorder sees (it dispatches to the active TorchFunctionMode) that takes a known time."""
+    if torch.overrides.has_torch_function((x,)):
+        return torch.overrides.handle_torch_function(_sleeper, (x,), x, seconds)
+    time.sleep(seconds)
+    return x + 0
+
+
+class HalfAsleep(torch.nn.Module):
+    """30 ms in one op, 30 ms of Python between ops, and a few ops of microseconds."""
+
+    def forward(self, x):
+        y = _sleeper(x, 0.03)
+        time.sleep(0.03)
+        return (y * 2).sin()
+
+
+def test_shares_are_of_the_forward_and_add_up_to_at_most_one():
+    groups, forward_s = record_forward(HalfAsleep(), (torch.randn(8),), False, lambda c: c, repeats=2)
+    slept = next(g for g in groups if g.shape.op.endswith("_sleeper"))
+    # 30 of at least 60 ms: a sleep never returns early, and sleeping longer (a loaded machine) only lowers it.
+    assert 0.3 < slept.share <= 0.55, slept.share
+    assert math.isclose(slept.time_s, slept.share * forward_s) and forward_s >= 0.06
+    assert sum(g.share for g in groups) <= 1.0
+
+
+def test_own_seconds_counts_overlapping_spans_once():
+    # Nested (the second inside the first), overlapping (the third starts before the second ends) and apart.
+    spans = [(0.0, 10.0), (2.0, 5.0), (8.0, 12.0), (20.0, 21.0)]
+    assert own_seconds(spans) == [10.0, 0.0, 2.0, 1.0]
+    assert sum(own_seconds(spans)) <= 21.0  # never more than first start to last end

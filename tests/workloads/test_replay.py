@@ -167,3 +167,19 @@ def test_a_replay_card_says_so_and_builds():
     assert plan.dtype == torch.float32 and any("dtype bfloat16 not applied" in n for n in plan.notes)
     w = build_for_card(card, scale=0.5)
     assert w.scale == 1.0 and tuple(w.run().shape) == (2, 16, 5, 6)
+
+
+def test_a_strided_slice_is_replayed_on_its_recorded_strides():
+    """The Wan VAE's `.contiguous()` of one frame of its causal cache: a copy in the model, so not a no-op in the
+    replay (on a contiguous replay it returns its input, which the replay refuses as an alias)."""
+    from harness.workloads.call_codec import describe_tensor
+
+    cache = torch.randn(1, 16, 2, 8, 8)[:, :, :1]
+    spec = describe_tensor(cache)
+    assert spec["layout"] == "strided" and spec["strides"] == list(cache.stride()) == [2048, 128, 64, 8, 1]
+    w = build_workload("replay", {"callable": "torch.Tensor.contiguous", "args": [{"tensor": "arg0"}],
+                                  "tensors": {"arg0": spec}})
+    assert w.inputs["arg0"].stride() == cache.stride() and not w.inputs["arg0"].is_contiguous()
+    out = w.run()
+    assert out.is_contiguous() and out.data_ptr() != w.inputs["arg0"].data_ptr()
+    assert not any("replayed contiguous" in n for n in w.notes)
