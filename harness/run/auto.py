@@ -31,6 +31,7 @@ from harness.config.schema import AUTO, ExperimentConfig, HarnessConfig, experim
 from harness.descriptions import DescribeJob, Description, ExperimentFacts
 from harness.report.html import render_index_html
 from harness.report.overview import CardResult, render_end_to_end
+from harness.run.estimate import plan_estimate
 from harness.run.execute import RunError, card_results, describe, execute, rules_of, with_report_cards
 from harness.run.provenance import report_sha256
 from harness.run.selection import SelectionError, in_scope, pick_cards
@@ -104,8 +105,9 @@ def run_auto(cfg: HarnessConfig, run_dir: Path, compose: Compose, options: list[
     plan = plan_auto(cards, experiments, scopes)
     run_dir.mkdir(parents=True, exist_ok=True)
     if cfg.auto.plan_only:
+        estimate = plan_estimate(cfg, configs, plan.by_experiment, experiments, worker, derived.device, run_dir)
         return write_plan(with_chunks, experiments, cards, run_dir, report_sha256(cfg.report), scopes,
-                          unavailable=derived.unavailable)
+                          unavailable=derived.unavailable, estimate=estimate)
     if not cards:
         raise RunError(f"cards={_selector(cfg)}: no selected card can run on this install "
                        f"({next(iter(left_out.values()))})")
@@ -238,8 +240,10 @@ def plan_entries(report: Report, experiments: Mapping[str, ExperimentFacts], sel
 
 
 def write_plan(report: Report, experiments: Mapping[str, ExperimentFacts], selected: list[Card], run_dir: Path,
-               sha256: str, scopes: Mapping[str, Any] | None = None, *, unavailable: Mapping[str, str]) -> str:
-    """plan.json and plan.md (`auto.plan_only=true`): what auto would run, for every card; nothing measured."""
+               sha256: str, scopes: Mapping[str, Any] | None = None, *, unavailable: Mapping[str, str],
+               estimate: str | None = None) -> str:
+    """plan.json and plan.md (`auto.plan_only=true`): what auto would run, for every card; nothing measured;
+    `estimate`, the selected cards' wall time on this device (harness.run.estimate)."""
     entries = plan_entries(report, experiments, selected, scopes, unavailable=unavailable)
     write_json_atomic(run_dir / "plan.json", {"report_sha256": sha256, "cards": entries})
     left_out = left_out_lines({e["card"]: e["unavailable"] for e in entries if e.get("unavailable")})
@@ -252,6 +256,7 @@ def write_plan(report: Report, experiments: Mapping[str, ExperimentFacts], selec
              + (f" (and {chunks} chunk cards, each the op cards of one model part run together: cards=[their id] "
                 "runs them)" if chunks else "") + f"; {sum(e['selected'] for e in entries)} "
              "are selected by this run's `cards=` (run them without `auto.plan_only=true`). Nothing was measured.", "",
+             *([estimate, ""] if estimate else []),
              *left_out, *([""] if left_out else []),
              "| card | class | proposal | experiments | selected |", "|---|---|---|---|---|"]
     for e in entries:

@@ -7,14 +7,11 @@ recorded as FAIL with its reason and the search goes on (see harness.run.worker)
 from __future__ import annotations
 
 import logging
-import sys
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import optuna
-from tqdm import tqdm
 
 from harness.cards.applied import (
     APPLIED_KEY,
@@ -66,6 +63,8 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     session = CardSession(ctx.worker, _card_job(ctx, card, trials_dir, applied), ctx.cfg.search.trial_deadline_s)
     quiet_trial_failures()
     ctx.count_worker_starts()  # the run's set-up started the worker (or a new one after an earlier run's)
+    if ctx.progress is not None:
+        ctx.progress.start_card(card.id)
     base_card = _measure_baseline(ctx, session, card, label, trials_dir)
     base_card.extra[APPLIED_KEY] = applied  # kept as it is when this run adopts nothing
     space, _ = drawable(experiment_of(ctx.cfg).space or {}, ctx.not_drawn)
@@ -201,10 +200,12 @@ def _search(ctx: RunContext, session: CardSession, card: Card, label: dict[str, 
         return reply.per_call_us
 
     todo = remaining_trials(study, plan.n_trials)
+    shown = ctx.progress
+    if shown is not None:
+        shown.trials_left(plan.n_trials, todo)
     if todo:
-        with progress(todo, f"{card.id} [{plan.sampler_name}]") as bar:
-            study.optimize(objective, n_trials=todo, timeout=ctx.cfg.search.timeout,
-                           catch=(Exception,), callbacks=[lambda s, t: bar.update(1)])
+        done = [] if shown is None else [lambda s, t: shown.trial_done(f"{card.id} [{plan.sampler_name}]")]
+        study.optimize(objective, n_trials=todo, timeout=ctx.cfg.search.timeout, catch=(Exception,), callbacks=done)
         if no_worker:
             raise RunError(f"card {card.id}: {no_worker[0]}")
     return study, plan
@@ -287,24 +288,6 @@ def _confirm_best(ctx: RunContext, session: CardSession, outcome: CardOutcome, b
     save_report(Report(cards=[outcome.baseline]), trials_dir / "baseline.json")
     save_report(Report(cards=[outcome.tried]), trials_dir / "tried.json")
     save_report(Report(cards=[outcome.kept]), trials_dir / "best.json")
-
-
-@contextmanager
-def progress(total: int, what: str) -> Iterator[Any]:
-    """A tqdm bar on a terminal; in a redirected log, one plain line per trial instead of `\\r` redraws."""
-    if sys.stderr.isatty():
-        with tqdm(total=total, desc=what, unit="trial", leave=False) as bar:
-            yield bar
-        return
-
-    class Lines:
-        done = 0
-
-        def update(self, n: int) -> None:
-            self.done += n
-            log.info("%s: trial %d of %d done", what, self.done, total)
-
-    yield Lines()
 
 
 def _adopted_in_chunk(experiment: ExperimentConfig, card: Card) -> dict[str, list[dict[str, Any]]]:

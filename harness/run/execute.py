@@ -26,12 +26,21 @@ from harness.jobs import TimingSettings
 from harness.protocol import WorkerError
 from harness.report.outputs import card_results, write_outputs, write_page
 from harness.run.card_search import run_card
+from harness.run.progress import RunProgress
 from harness.run.provenance import claim_run_dir
 from harness.run.selection import SelectionError, select_cards
 from harness.run.state import CardOutcome, RunContext, RunError
 from harness.run.stopping import earlier_drift, keep_drift, note_progress
 from harness.run.worker import TrialWorker, warn_unused_memory_limit, worker_for
-from harness.search import check_new_studies, describe_url, drawable, make_storage, study_name, validate_space
+from harness.search import (
+    check_new_studies,
+    describe_url,
+    drawable,
+    make_storage,
+    plan_search,
+    study_name,
+    validate_space,
+)
 
 log = logging.getLogger("harness")
 
@@ -146,11 +155,18 @@ def execute(cfg: HarnessConfig, run_dir: Path) -> tuple[RunContext, list[CardOut
     )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    outcomes = _run_cards(ctx, cards)
+    drawn = drawable(space, experiment.unmet)[0]
+    per_card = plan_search(drawn, cfg.search).n_trials if drawn else 0
+    ctx.progress = RunProgress(cards=len(cards), trials=per_card * len(cards)).open()
+    try:
+        outcomes = _run_cards(ctx, cards)
+    finally:
+        ctx.progress.close()
     wall = time.perf_counter() - started
     ctx.phases["wall_s"] = wall
     ctx.phases["outside_measurement_s"] = wall - ctx.phases["measurement_s"]
-    write_json_atomic(run_dir / "run.json", {"phases": ctx.phases, "environment": ctx.environment,
+    write_json_atomic(run_dir / "run.json", {"phases": ctx.phases, "costs": ctx.progress.costs(),
+                                             "environment": ctx.environment,
                                              "cards": [o.card_id for o in outcomes],
                                              "storage": describe_url(storage), "worker": cfg.search.worker})
     # Once, at the end (it reads every card file and the studies), with run.json's environment and phases.
@@ -167,6 +183,8 @@ def _run_cards(ctx: RunContext, cards: list[Card]) -> list[CardOutcome]:
             earlier = earlier_drift(ctx.run_dir, card.id)  # a resumed card keeps the stopped run's drift checks
             outcomes.append(keep_drift(run_card(ctx, card, ctx.cfg.report), earlier, ctx.run_dir))
             write_outputs(ctx, outcomes)
+            if ctx.progress is not None:
+                ctx.progress.card_done(card.id)
     except KeyboardInterrupt as stop:  # SIGINT/SIGTERM: how far the run got, for run.json and the banners
         note_progress(stop, ctx, [o.card_id for o in outcomes], [c.id for c in cards])
         if outcomes:

@@ -13,6 +13,7 @@ from harness.config.schema import HarnessConfig
 from harness.descriptions import ExperimentFacts
 from harness.errors import HarnessError
 from harness.jobs import TimingSettings
+from harness.run.progress import RunProgress
 from harness.run.worker import TrialWorker
 
 
@@ -76,6 +77,7 @@ class RunContext:
     diff: ReportDiff | None = None  # the latest before/after diff written
     # Variants of the space left out of the search because this device cannot run them, with why.
     not_drawn: dict[str, str] = field(default_factory=dict)
+    progress: RunProgress | None = None  # trials done, time spent, ETA (shown; its costs go into run.json)
 
     def count_worker_starts(self) -> None:
         """The worker's starts since the last count into the phases: paid once per run, again per restart."""
