@@ -220,11 +220,18 @@ def _errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, str]:
     """(max_abs, max_rel, problem); a wrong shape or a non-finite value is a problem with infinite error."""
     if tuple(out.shape) != tuple(ref.shape):
         return math.inf, math.inf, f"output shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
-    a, b = out.detach().double(), ref.detach().to(device=out.device, dtype=torch.float64)
-    if not bool(torch.isfinite(a).all()):
+    a, b = out.detach(), ref.detach().to(device=out.device, dtype=torch.float64)
+    if not a.numel():
+        return 0.0, 0.0, ""
+    if not a.is_floating_point():  # bool has no subtraction; a float output is widened exactly by a - b
+        a = a.double()
+    # Each max in one pass without a temporary (an inf-norm); a NaN or Inf output makes it non-finite, and
+    # only then is the output searched for one. Was 4 passes and 2 float64 copies more: 0.09 s a judge on the
+    # default conv3d cards' outputs (2.4M elements), 50 judges a run.
+    max_abs = float(torch.linalg.vector_norm(a - b, math.inf))
+    if not math.isfinite(max_abs) and not bool(torch.isfinite(a).all()):
         return math.inf, math.inf, "output has NaN or Inf"
-    max_abs = float((a - b).abs().max()) if a.numel() else 0.0
-    scale = float(b.abs().max()) if b.numel() else 0.0
+    scale = float(torch.linalg.vector_norm(b, math.inf))
     max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
     return max_abs, max_rel, ""
 
