@@ -10,9 +10,10 @@ and vae_bf16 only the dtype; here the dtype and math mode stay the baseline's an
   its heuristics, on NCDHW or channels_last_3d; benchmark and TF32 are set for each call (TF32 as the
   baseline runs it, harness.trial.torch_state.PINNED) and restored after it (CUDA only);
 - `triton_implicit_gemm(BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_stages, num_warps)`: our Triton
-  implicit-GEMM conv (kernel.py) whose tile is searched; a tile that cannot launch is pruned before
-  compiling; it executes whole tiles, so its executed FLOPs are the GEMM view padded to the tile
-  (CUDA only; tested under Triton's interpreter on a CPU);
+  implicit-GEMM conv (kernel.py) whose tile is searched; a tile that cannot launch, or whose BLOCK_N is
+  wider than the output channels need (the GEMM view's N), is pruned before compiling; it executes whole
+  tiles, so its executed FLOPs are the GEMM view padded to the tile (CUDA only; tested under Triton's
+  interpreter on a CPU);
 - `frame_batching(k)`: k consecutive streaming calls as one call on k x T_new + the cached frames (the
   harness's k calls, `w.calls(k)`: harness.workloads.frames): a k-times larger M per weight read, time
   per original call = time / k (every device);
@@ -22,8 +23,10 @@ and vae_bf16 only the dtype; here the dtype and math mode stay the baseline's an
 - `compiled(mode)`: torch.compile of the same Conv3d (Inductor; max-autotune benchmarks its own conv
   templates against the library call), as a reference for what a search can reach.
 
-Every variant keeps float32 tensors and the baseline's math mode (TF32 on cuDNN and in the Triton
-kernel, IEEE fp32 on a CPU), so it is held to the same-precision bound.
+Every variant keeps float32 tensors and the baseline's math mode (TF32 on cuDNN, IEEE fp32 on a CPU), so
+it is held to the same-precision bound; the Triton kernel computes in TF32 whenever torch lets convs use it
+and declares it (precision "tf32"), since cuDNN may still run the baseline in true fp32 (on the H200 a K=24
+conv: Triton's TF32 erred 5.8e-4 against cuDNN's 1.7e-7, refused by the same-precision bound).
 
 A captured model's conv2d cards take the variants that are not about a conv3d: cudnn_algorithm (its
 `channels_last_3d` is then the 4-D channels_last), native_cpu, im2col_gemm (the conv2d as a conv3d of one
@@ -46,7 +49,7 @@ from experiments.vae_conv_kernels.im2col import LAYOUTS, im2col_conv3d
 from experiments.vae_conv_kernels.kernel import ConvGemm, conv_input_precision, triton_conv3d
 from harness.api.compiled import compile_call, frozen_module
 from harness.api.experiment import Experiment, Prepared, VariantSkipped
-from harness.api.tiles import HOPPER, TileConfig, executed_flops, tile_count, waves
+from harness.api.tiles import HOPPER, TileConfig, executed_flops, padded, tile_count, waves, widest_useful_block
 from harness.api.triton_support import check_launchable, first_launch
 from harness.cards.card_check import executed_over_nominal
 from harness.cards.fields import COMPUTE_BOUND, L2_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL, UNRESOLVED
@@ -241,24 +244,32 @@ def triton_implicit_gemm(
     num_stages: int = 3,
     num_warps: int = 8,
 ) -> Prepared:
-    """Our Triton implicit-GEMM conv3d with one tile configuration (pruned before compiling if it cannot launch)."""
+    """Our Triton implicit-GEMM conv3d with one tile configuration (pruned before compiling if it cannot launch,
+    or if its BLOCK_N is wider than the output channels need). It computes in TF32 where torch lets convs use
+    it, and says so (Prepared.precision): cuDNN may run the baseline in true fp32 even then (a small K)."""
     _conv3d_only(w, "our Triton implicit GEMM is a conv3d kernel (a conv2d's kernels: cudnn_algorithm, compiled)")
+    gemm = ConvGemm.from_shape(w.shape)
+    widest = widest_useful_block(gemm.n)
+    if BLOCK_N > widest:  # the GEMM view's N is the output channels: a wider tile is padding, not reuse
+        raise VariantSkipped(f"BLOCK_N={BLOCK_N} is wider than N={gemm.n} output channels need (BLOCK_N={widest} "
+                             f"covers them): {padded(gemm.n, BLOCK_N) / gemm.n:.1f}x the N work, the rest padding")
     config = TileConfig(BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_stages, num_warps)
     x, weight, bias = _inputs(w)
     elem = element_size(x.dtype)
     check_launchable(config, elem, w.device)
-    gemm = ConvGemm.from_shape(w.shape)
+    tf32 = conv_input_precision() == "tf32"
     facts = {
         "kernel": "triton _conv3d_kernel (implicit GEMM)",
         "tile": asdict(config),
         "gemm": gemm.as_dict(),
         "tiles": tile_count(gemm.m, gemm.n, BLOCK_M, BLOCK_N),
         "smem_bytes_estimate": config.smem_bytes(elem),
-        "math_mode": "tf32" if conv_input_precision() == "tf32" else "fp32",
+        "math_mode": "tf32" if tf32 else "fp32",
         **first_launch(lambda: triton_conv3d(x, weight, bias, gemm, config), w.device),
     }
     return Prepared(lambda: triton_conv3d(x, weight, bias, gemm, config)[0],
-                    executed_flops=executed_flops(gemm.m, gemm.n, gemm.k, BLOCK_M, BLOCK_N, BLOCK_K), facts=facts)
+                    executed_flops=executed_flops(gemm.m, gemm.n, gemm.k, BLOCK_M, BLOCK_N, BLOCK_K),
+                    precision="tf32" if tf32 else None, facts=facts)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from harness.api.experiment import VariantSkipped
 from harness.api.tiles import HOPPER, TileConfig, executed_flops, launch_problem
 from harness.cards.model import Card, Kernel
 from harness.trial.correctness import Rule, Standard, judge_baseline
+from harness.trial.precision import observed_precisions
 from harness.workloads import batch_for, build_workload
 from tests.triton_helpers import compile_for_hopper, interpreter_results
 
@@ -205,7 +206,7 @@ def test_cuda_only_variants_skip_on_cpu_with_the_reason():
     with pytest.raises(VariantSkipped, match="needs CUDA"):
         vc.cudnn_algorithm(w, benchmark=True, memory_format="contiguous")
     with pytest.raises(VariantSkipped, match="needs CUDA"):
-        vc.triton_implicit_gemm(w, 64, 32, 32, 8, 3, 4)
+        vc.triton_implicit_gemm(w, 64, 16, 32, 8, 3, 4)
     with pytest.raises(VariantSkipped, match="baseline itself"):
         vc.cudnn_algorithm(w, benchmark=False, memory_format="contiguous")
     with pytest.raises(VariantSkipped, match="memory_format="):
@@ -215,9 +216,36 @@ def test_cuda_only_variants_skip_on_cpu_with_the_reason():
 def test_a_tile_over_shared_memory_is_pruned_before_the_device_check():
     smem = 4 * (128 * 64 + 64 * 128) * 4  # stages x (BLOCK_M x BLOCK_K + BLOCK_K x BLOCK_N) x 4 B (fp32)
     assert smem == 262144 > HOPPER.smem_per_block_optin == 232448
+    wide = _workload({"input": [1, 8, 3, 6, 5], "weight": [128, 8, 3, 3, 3]})  # 128 output channels
     with pytest.raises(VariantSkipped, match=f"cannot launch: shared memory {smem} B"):
-        vc.triton_implicit_gemm(_workload(CAUSAL), BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=4,
-                                num_warps=8)
+        vc.triton_implicit_gemm(wide, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=4, num_warps=8)
+
+
+@pytest.mark.parametrize("cout,widest", [(3, 16), (12, 16), (16, 16), (17, 32), (96, 128), (192, 256)])
+def test_block_n_no_wider_than_the_output_channels_need(cout, widest):
+    w = _workload({"input": [1, 8, 3, 6, 5], "weight": [cout, 8, 3, 3, 3]})
+    assert ConvGemm.from_shape(w.shape).n == cout  # the GEMM view's N is the output channels
+    for block_n in (16, 32, 64, 128):
+        if block_n <= widest:
+            with pytest.raises(VariantSkipped, match="needs CUDA|cannot launch"):  # past the width rule
+                vc.triton_implicit_gemm(w, 64, block_n, 32, 8, 3, 4)
+        else:
+            with pytest.raises(VariantSkipped, match=f"BLOCK_N={block_n} is wider than N={cout} output channels"):
+                vc.triton_implicit_gemm(w, 64, block_n, 32, 8, 3, 4)
+    # The H200's 3-channel card in 128-wide tiles: N padded 3 -> 128, 42.7x; the message says so.
+    if cout == 3:
+        with pytest.raises(VariantSkipped, match=r"42\.7x the N work"):
+            vc.triton_implicit_gemm(w, 64, 128, 32, 8, 3, 4)
+
+
+@pytest.mark.parametrize("allow_tf32,precision,mode", [(True, "tf32", "tf32"), (False, None, "fp32")])
+def test_the_triton_conv_declares_tf32_when_it_uses_it(monkeypatch, allow_tf32, precision, mode):
+    # The CUDA-only parts stubbed: what is declared follows the switch the kernel reads (conv_input_precision).
+    monkeypatch.setattr(vc, "check_launchable", lambda config, elem, device: None)
+    monkeypatch.setattr(vc, "first_launch", lambda launch, device: {})
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", allow_tf32)
+    prepared = vc.triton_implicit_gemm(_workload(TEMPORAL), 64, 16, 32, 8, 3, 4)
+    assert prepared.precision == precision and prepared.facts["math_mode"] == mode
 
 
 def test_gemm_view_and_executed_flops_by_hand():
@@ -236,7 +264,7 @@ def test_gemm_view_and_executed_flops_by_hand():
 def test_the_default_tiles_all_launch_on_hopper():
     space = _config()["experiment"]["space"]["triton_implicit_gemm"]
     configs = [TileConfig(*values) for values in itertools.product(*space.values())]
-    assert len(configs) == 24 and all(launch_problem(c, 4) is None for c in configs)
+    assert len(configs) == 32 and all(launch_problem(c, 4) is None for c in configs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -411,12 +439,15 @@ def test_triton_implicit_gemm_on_gpu(name):
     pytest.importorskip("triton")
     w = _cuda_workload(SHAPES[name])
     standard, reference = _standard(w)
-    for tile in ((64, 32, 32, 8, 3, 4), (128, 128, 32, 8, 4, 8)):
+    for tile in ((64, 16, 32, 8, 3, 4), (128, 16, 32, 8, 4, 8)):  # 12 output channels: BLOCK_N 16
         prepared = vc.triton_implicit_gemm(w, *tile)
-        assert standard.judge(prepared.fn(), reference).feasible
+        # TF32 declared: cuDNN ran the K=24 temporal conv in true fp32 on the H200 (e_b 1.7e-7, Triton 5.8e-4).
+        assert prepared.precision == "tf32" and prepared.facts["math_mode"] == "tf32"
+        # As the worker judges it: the call's own evidence (a CUDA fp32 op while TF32 is allowed).
+        evidence = observed_precisions(prepared.fn)
+        assert standard.judge(prepared.fn(), reference, precision=prepared.precision, evidence=evidence).feasible
         g = ConvGemm.from_shape(w.shape)
         assert prepared.executed_flops == executed_flops(g.m, g.n, g.k, tile[0], tile[1], tile[2])
-        assert prepared.facts["math_mode"] == "tf32"
 
 
 @pytest.mark.gpu
