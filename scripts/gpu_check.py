@@ -13,38 +13,42 @@ result and its headline numbers:
   ncu_preflight      ncu on one tiny kernel (does it profile here at all?) and `ncu --query-metrics`:
                      every metric the harness asks for checked on this chip, a missing one swapped for
                      an alternative or dropped with a note (the harness gets the list)
-  reprofile_ncu      experiment=reprofile under ncu, one card per op kind: each baseline re-profiled and
-                     its class against the report's -> the first section of reproduction.md
+  reproduction_ncu   experiment=reprofile under ncu at scale 1 on one card per op kind (linear, conv3d,
+                     attention, cast) and the five cards that carry the report's time, each built in its own
+                     dtype, then `python -m harness.cards reproduce` on the baseline: a verdict per card
+                     (REPRODUCED, OTHER_KERNELS, OTHER_SPEED, NOT_COMPARABLE) -> reproduction.md
+  wins               vae_bf16 (bf16 x memory format) and dit_small_m_batching (batched k=20) on their card at
+                     scale 1 under the CUDA trace: each one's confirmed verdict and adopted variant
   channels_last_ncu  vae_channels_last under ncu on one conv3d card, one trial: a confirmed verdict, and
                      which layout conversions (nchwToNhwc, nhwcToNchw, convertTensor, ...) the baseline and the
                      variant run, with their time and bytes
   aa_timing          an A/A pair through the paired-rounds verdict (8 rounds), CUDA events, SM clock per round
-  reproduction       five cards at scale 1 under the CUDA trace against the report -> reproduction.md
-  side_stream        scripts/gpu_side_stream_check.py: an honest matmul and a side-stream variant, CUDA timer
   stalls_ncu         experiment=stall_breakdown under ncu on one unresolved card: the dominant warp stall
   fixture            the smallest .ncu-rep and its raw-page CSV into $OUT, both parsed back (future fixtures)
-  gpu_tests          the gpu- and ncu-marked tests (tests/app: its ncu-marked ones): Triton, CuPy, SDPA, ncu
+  gpu_tests          the gpu- and ncu-marked tests of the files that hold them (less the ncu app test that
+                     reproduction_ncu repeats): Triton, CuPy, SDPA, the CUDA timer and its side-stream check
   plants             tests/app/test_plants.py on CUDA (HARNESS_PLANTS_DEVICE=cuda), where it supports that
-  ncu_cost           scripts/ncu_trial_cost.py on the default experiment's largest card under ncu: the ncu
-                     child's phases cold and started ahead, ncu's passes per kernel (docs/ncu-cost.md)
+  capture            examples/capture_model.py captured, its 2 hottest groups re-profiled under ncu
   conv_kernels_ncu   vae_conv_kernels under ncu on the conv card: cuDNN's kernels and one Triton tile
-  chunk_trace        vae_decode_chunk and dit_block on their smallest chunk card under the CUDA trace
-  auto_trace         experiment=auto under the CUDA trace on three cards, two trials each
+  chunk_trace        vae_decode_chunk and dit_block on their 480 chunk card at scale 1 under the CUDA trace,
+                     one cheap variant each (channels_last_3d; modulation_once: nothing compiled)
+  auto_trace         experiment=auto under the CUDA trace on the cast card: stall_breakdown and output_cast
   pack               (always) runs.tgz and summary.json
 
 Budgets. Each step's device budget is built from what it runs (Work: harness starts, ncu trials, traced
-trials, confirm rounds, other seconds) at the costs below; a step is planned while its budget still
-fits one global deadline (--deadline, 420 s) less the pack's reserve, in order of value, so the planned
-budgets add up to at most the deadline. A step that does not fit is not planned: it runs only where the
-planned ones leave it its whole budget (steps skipped, or done early). At run time a step gets its
-budget plus the time the earlier steps saved (at most twice its budget), less what the later planned
-steps still need.
+trials, confirm rounds, other seconds) at the costs below, measured on the first H200 run; a step is
+planned while its budget still fits one global deadline (--deadline, 420 s) less the pack's reserve, in
+order of value, so the planned budgets add up to at most the deadline (today every step is planned). A
+step that does not fit is not planned: it runs only where the planned ones leave it its whole budget
+(steps skipped, or done early). At run time a step gets its budget plus the time the earlier steps saved
+(at most twice its budget), less what the later planned steps still need.
 
 Partial results. Each step runs in its own process group, its output going to its log, and is killed
 with everything it started (ncu and its target included) when its time is up. Every 10 s of a step,
 and when it fails, runs out of time or the check is interrupted, summary.json gets what the step has
-finished: each card whose baseline the harness measured (time, class, the report's), its trials and
-confirmed verdict, read from the run folder's trials/<card>/ files; for pytest, every test finished.
+done: the cards the run finished (as its run.json counts them: in its best.json, rewritten after each
+card) and those with only their baseline measured (time, class, the report's), their trials and
+confirmed verdicts, read from the run folder's trials/<card>/ files; for pytest, every test finished.
 
 $OUT (default ./gpu_check_out) gets at most 8 files, each under 16 MiB: gpu_check.log, summary.json,
 versions.txt, runs.tgz (every run directory, step log and helper output), reproduction.md, and one small
@@ -88,7 +92,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # harness.profile.ncu (standard library only) before anything is installed
 WHEELS = REPO / ".whl"
 DEFAULT_DEADLINE_S = 420.0  # one device command: 7 minutes of the 10 a command may run
-PACK_RESERVE_S = 8  # the last pack (runs.tgz, summary.json), kept back from the deadline
+PACK_RESERVE_S = 6  # the last pack (runs.tgz, summary.json), kept back: 4.8 s on the first H200 run
 MIN_STEP_S = 8.0  # a planned step cut this short by earlier overruns is skipped rather than started
 SLACK_FACTOR = 2.0  # a step may run up to this many times its budget on time earlier steps saved
 PROGRESS_EVERY_S = 10.0  # how often a running step's finished work is written into summary.json
@@ -98,25 +102,26 @@ MAX_FILE_BYTES = 15 * 2**20  # under the 16 MiB a returned file may weigh
 REPORTS_BYTES = 8 * 2**20  # the kept .ncu-rep files that go into runs.tgz
 CACHE = Path(os.environ.get("GPU_CHECK_CACHE", Path.home() / ".cache" / "harness-gpu-check"))
 
-# What the device budgets are built from (an H200 machine, 16 cores; estimates until a device run's
-# summary.json, which records each harness step's phases from run.json, says otherwise).
-# `python -m harness` to its first trial and its exit: torch, Hydra and Optuna imports, the report,
-# and a worker process that imports torch again and makes a CUDA context (15 s on this 2-core machine,
-# where importing torch alone takes 3 s of CPU).
-HARNESS_START_S = 12.0
-# One trial under profiler=ncu (docs/ncu-cost.md has the arithmetic; estimates until a device run's summary.json,
-# whose cards carry each trial's `ncu` cost, says otherwise). Every trial pays what follows its job's arrival in
-# the child: the CUDA context under ncu, the workload built, cuDNN's first call and the warm-up, about 10 replay
-# passes of each kernel, the report written and read (about 6 s; 8 with a margin).
-NCU_JOB_S = 8.0
-# The first ncu trial of each harness start also pays what a session started ahead hides from the later ones
-# (harness.profile.ncu.session): ncu starting, python, the torch and harness imports (0.9 s on a 2-core CPU).
-NCU_START_S = 4.0
-# One trial under the CUDA trace (or the baseline): its timing (timing.budget_s 0.1), one traced call,
-# the correctness check and the baseline's drift re-time, in the worker that is already running.
-TRACE_TRIAL_S = 3.0
-# The paired confirm rounds of one search's best variant (timing.confirm_rounds 3, a quarter budget each).
-CONFIRM_S = 2.0
+# What the device budgets are built from: the first H200 run (/work/shared/gpu_runs/2026-12-04/summary.json,
+# each step's `seconds` and the harness's own `phases` from its run.json; H200, 16 cores).
+# `python -m harness` less its trials: Hydra, Optuna, the report, the worker's start (worker_startup_s 2.6 to
+# 4.3 s) and the run's files. A step's seconds less its profiling_s: 8.4 s (reprofile_ncu), 7.8 s (stalls_ncu).
+HARNESS_START_S = 8.0
+# One ncu trial, its report read: reprofile_ncu's profiling_s was 20.6 s for 4 baselines (one cold, three started
+# ahead) and stalls_ncu's 7.3 s for one cold baseline; 4 j + c = 20.6 and j + c = 7.3 give j = 4.4 s ...
+NCU_JOB_S = 4.5
+# ... and c = 2.9 s more for the first of each harness start, which starts cold (ncu_cost's own trials: 7.9 s
+# cold, 4.3 s started ahead).
+NCU_START_S = 2.9
+# One trial under the CUDA trace (its float64 reference, timing, one traced call, the checks): reproduction's
+# 21.1 s for one harness start and five baselines at scale 1, (21.1 - 8.0) / 5 = 2.6 s.
+TRACE_TRIAL_S = 2.7
+# What a search adds to its trials: the best variant's paired confirm rounds and the card files it rewrites.
+# channels_last_ncu's 25.6 s less a start and its two ncu trials left 5.7 s; conv_kernels_ncu's 24.9 s, 5.0 s.
+CONFIRM_S = 5.7
+# A chunk card's set-up, which no other card pays: the decoder chunk or the DiT block built and its float64
+# reference (setup_s of chunk_vae_decode_chunk and chunk_dit_block: 13.2 s each).
+CHUNK_SETUP_S = 13.2
 
 # Cards (ids of the shipped report).
 PER_OP_KIND = [  # the smallest card of each op kind whose report time is known
@@ -127,27 +132,41 @@ PER_OP_KIND = [  # the smallest card of each op kind whose report time is known
 ]
 CONV_WITH_TRANSPOSES = "vae-480-conv3d-96to3k333t3-842ecd"  # nchwToNhwc x2 + nhwcToNchw in the report
 UNRESOLVED_LINEAR = "dit-480-linear-m4680n5120k144-500175"
-REPRODUCTION = [
+REPRODUCTION = [  # the cards that carry the report's time
     "dit-480-linear-m4680n5120k5120-8f26a7",  # compute-bound GEMM
     "dit-480-linear-m3n5120k5120-d55d81",  # M=3: weight streaming
     "vae-480-conv3d-96to3k333t3-842ecd",  # conv3d with layout transposes
     "attention-480-fa3-self-4680of29640-b97006",  # flash attention
     "output-480-cast-f18982",  # the output cast
 ]
-AUTO_CARDS = [
-    "dit-480-linear-m3n5120k5120-d55d81",  # dit_small_m_batching: batched, CuPy gemv
-    "dit-480-linear-m1170n5120k5120-b9770e",  # dit_gemm_tiles: cuBLASLt, Triton tiles
-    "output-480-cast-f18982",  # output_cast: Triton vectorized kernel; stall_breakdown
+REPRODUCTION_NCU = list(dict.fromkeys([*PER_OP_KIND, *REPRODUCTION]))  # 8 cards: the cast is in both
+# The verdicts' command (another engineer's): the step is skipped, saying so, while the CLI lacks it.
+CARDS_CLI = REPO / "harness" / "cards" / "cli.py"
+REPRODUCE_PARSER = re.compile(r"add_parser\(\s*[\"']reproduce[\"']")
+# The wins a user comes for, each on its card at scale 1 under the CUDA trace: (experiment, card, what of its
+# space runs, trials). vae_bf16's bf16 in both memory formats; dit_small_m_batching's largest batch (k=20: every
+# distinct timestep of four chunks embedded at once), the one its whole search adopts (the CuPy GEMV's
+# correctness is gpu_tests' test_gemv_on_gpu).
+WINS = [
+    ("vae_bf16", "vae-480-conv3d-96to96k333t6-13c157", ["experiment.space.low_precision.dtype=[bfloat16]"], 2),
+    ("dit_small_m_batching", "dit-480-linear-m3n30720k5120-c91997",
+     ["~experiment.space.gemv", "experiment.space.batched.k=[20]"], 1),
+]
+AUTO_CARDS = [  # its experiments: stall_breakdown (baseline only) and output_cast (a Triton vectorized kernel)
+    "output-480-cast-f18982",
 ]
 # A model outside the package, captured (python -m harness.capture): its CAPTURE_TOP hottest groups re-profiled.
 CAPTURE_MODEL = "examples.capture_model:make"
-CAPTURE_TOP = 3
+CAPTURE_TOP = 2
 # Files other engineers' steps run; each step is skipped, saying so, while its file is missing.
-SIDE_STREAM_SCRIPT = REPO / "scripts" / "gpu_side_stream_check.py"
 PLANTS_TESTS = REPO / "tests" / "app" / "test_plants.py"
 PLANTS_DEVICE_VAR = "HARNESS_PLANTS_DEVICE"
-COST_SCRIPT = REPO / "scripts" / "ncu_trial_cost.py"
-COST_CARD = "vae-704-conv3d-96to96k333t6-b28294"  # the costliest of the default experiment's three cards
+# gpu_tests leaves out what a step of the check already runs (each with the step that does).
+COVERED_BY_STEPS = {
+    # experiment=reprofile under ncu, one card per op kind: reproduction_ncu's run, on more cards at scale 1.
+    "tests/app/test_gpu_paths.py::test_ncu_backend_reprofiles_every_op_kind": "reproduction_ncu",
+}
+GPU_MARK = re.compile(r"\bmark\.(gpu|ncu)\b")
 # A pytest -v line of a finished test: what a killed pytest step still reports.
 PYTEST_LINE = re.compile(r"^(\S+::\S+)\s+(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", re.MULTILINE)
 
@@ -299,6 +318,7 @@ class Check:
         self.ncu_ok: bool | None = None  # None: not probed
         self.ncu_reason = ""
         self.metrics_file: Path | None = None
+        self.metric_query: subprocess.Popen[bytes] | None = None  # `ncu --query-metrics`, started ahead
         self.installed = False
         self.step_timeout = 0.0  # the running step's time: its budget, more on saved time, less near the deadline
         self.current: subprocess.Popen[bytes] | None = None
@@ -426,6 +446,24 @@ class Check:
             except (OSError, ValueError):
                 continue
 
+    def start_metric_query(self) -> subprocess.Popen[bytes]:
+        """`ncu --query-metrics` in the background (it took 16 s on the H200, the tiny kernel 2.3 s): started
+        with the check, it runs beside machine and install. It carries a side token: the sweep after each
+        step's commands leaves it running."""
+        if self.metric_query is None:
+            assert self.ncu is not None
+            env = {**self.env(harness=False), "GPU_CHECK_TOKEN": f"{self.token}{SIDE_TOKEN}"}
+            with (self.work / "logs" / "ncu_query_metrics.txt").open("wb") as sink:
+                self.metric_query = subprocess.Popen(
+                    [self.ncu, "--query-metrics", "--query-metrics-mode", "all"], stdout=sink,
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        return self.metric_query
+
+    def stop_metric_query(self) -> None:
+        if self.metric_query is not None and self.metric_query.poll() is None:
+            self.kill(self.metric_query)
+        self.sweep(side_too=True)
+
     # -- the harness
 
     def harness_run(self, step: Step, name: str, overrides: list[str], timeout: float) -> tuple[Proc, Path]:
@@ -532,19 +570,30 @@ def _per_call_us(card: dict[str, Any]) -> float | None:
     return float(median) / int(variant.get("calls") or 1) if median is not None else None
 
 
+def _finished_ids(run_dir: Path) -> set[str]:
+    """The cards a harness run has finished, as its run.json counts them: the run-level best.json is
+    rewritten after each card (harness.run.execute), run.json lists them at the end or on a stop."""
+    run = _read_json(run_dir / "run.json") or {}
+    listed = [*(run.get("cards") or []), *((run.get("stopped") or {}).get("cards_finished") or [])]
+    return {str(c.get("id")) for c in _cards(run_dir / "best.json")} | {str(c) for c in listed}
+
+
 def scan_run(run_dir: Path) -> dict[str, Any]:
     """Every card of a harness run folder whose baseline was measured, from the files the worker writes
-    as it goes (trials/<card>/baseline.json, trial_*.json, tried.json after the confirm rounds);
+    as it goes (trials/<card>/baseline.json, trial_*.json, tried.json after the confirm rounds), each
+    `finished` or not as run.json counts it (a card with its baseline measured may still be searching);
     `done` when the run wrote its diff.json. A sub-run's cards (experiment=auto) are `sub/card`."""
     cards: dict[str, dict[str, Any]] = {}
     for trials in [*run_dir.glob("trials"), *sorted(run_dir.glob("*/trials"))]:
         prefix = "" if trials.parent == run_dir else f"{trials.parent.name}/"
+        finished = _finished_ids(trials.parent)
         for folder in sorted(p for p in trials.iterdir() if p.is_dir()):
             base = next(iter(_cards(folder / "baseline.json")), None)
             if base is None:  # its baseline is not measured yet
                 continue
             report = base.get("report_card") or {}
             entry: dict[str, Any] = {
+                "finished": folder.name in finished,
                 "here_us": _per_call_us(base), "report_us": report.get("summed_kernel_us"),
                 "class": base.get("primary"), "report_class": report.get("primary"),
                 "source": base.get("metrics_source"), "kernels": len(base.get("kernels") or []),
@@ -577,8 +626,11 @@ def _ncu_costs(folder: Path) -> dict[str, Any]:
 
 
 def finished_text(runs: dict[str, dict[str, Any]]) -> str:
-    """One line over scan_run's findings: each finished card's time, class and the report's."""
-    parts = []
+    """One line over scan_run's findings: the cards finished, then those with only their baseline measured
+    (the first H200 run said "2 card(s) finished" of two runs whose run.json finished none), each with its
+    time, class and the report's."""
+    finished: list[str] = []
+    baseline_only: list[str] = []
     for run in runs.values():
         for card, entry in run["cards"].items():
             text = _short(card)
@@ -592,8 +644,13 @@ def finished_text(runs: dict[str, dict[str, Any]]) -> str:
             if verdict:
                 speedup = f"{verdict['speedup']:.2f}x " if verdict.get("speedup") else ""
                 text += f", {verdict['variant']} {speedup}{verdict['verdict']}"
-            parts.append(text)
-    return f"{len(parts)} card(s) finished: " + "; ".join(parts) if parts else "no card finished"
+            (finished if entry.get("finished") else baseline_only).append(text)
+    if not finished and not baseline_only:
+        return "no card finished"
+    line = f"{len(finished)} card(s) finished" + (": " + "; ".join(finished) if finished else "")
+    if baseline_only:
+        line += f"; {len(baseline_only)} with only the baseline measured: " + "; ".join(baseline_only)
+    return line
 
 
 def pytest_progress(text: str) -> dict[str, Any]:
@@ -898,25 +955,19 @@ def step_ncu_preflight(check: Check, step: Step, timeout: float) -> Outcome:
     assert check.ncu is not None  # skip_reason skips this step without one
     query_out = check.work / "logs" / "ncu_query_metrics.txt"
     env = check.env(harness=False)
-    # The metric list in the background while the tiny kernel is profiled: both inside the budget. The
-    # tiny kernel is profiler=auto's own probe (a PTX kernel through the driver API: no torch import).
-    # The query carries a side token: the sweep after the tiny kernel's run must leave it running.
-    side_env = {**env, "GPU_CHECK_TOKEN": f"{check.token}{SIDE_TOKEN}"}
-    with query_out.open("wb") as sink:
-        query = subprocess.Popen([check.ncu, "--query-metrics", "--query-metrics-mode", "all"], stdout=sink,
-                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=side_env,
-                                 start_new_session=True)
+    # The metric list in the background (started with the check, else now) while the tiny kernel is profiled:
+    # both inside the budget. The tiny kernel is profiler=auto's own probe (a PTX kernel through the driver API:
+    # no torch import).
+    query = check.start_metric_query()
+    try:
+        tiny_run = check.run(probe_command(check.ncu, check.python), timeout,
+                             log=check.work / "logs" / f"{step.name}.log", env=env)
         try:
-            tiny_run = check.run(probe_command(check.ncu, check.python), timeout,
-                                 log=check.work / "logs" / f"{step.name}.log", env=env)
-            try:
-                query.wait(timeout=max(1.0, timeout - tiny_run.seconds))
-            except subprocess.TimeoutExpired:
-                check.kill(query)
-        finally:
-            if query.poll() is None:
-                check.kill(query)
-            check.sweep(side_too=True)
+            query.wait(timeout=max(1.0, timeout - tiny_run.seconds))
+        except subprocess.TimeoutExpired:
+            check.kill(query)
+    finally:
+        check.stop_metric_query()
     numbers: dict[str, Any] = {"profile_seconds": round(tiny_run.seconds, 1), "query_exit": query.returncode}
     failure = detect(tiny_run.output, tiny_run.returncode)
     try:
@@ -966,7 +1017,7 @@ def step_ncu_preflight(check: Check, step: Step, timeout: float) -> Outcome:
 
 
 def step_fixture(check: Check, step: Step, timeout: float) -> Outcome:
-    reports = sorted((p for keep in ("stalls", "reprofile", "channels_last")
+    reports = sorted((p for keep in ("stalls", "reproduction", "channels_last")
                       for p in (check.work / "ncu_reports" / keep).rglob("*.ncu-rep") if p.stat().st_size > 0),
                      key=lambda p: (0 if "stalls" in p.parts else 1, p.stat().st_size))
     reports = [p for p in reports if p.stat().st_size <= 8 * 2**20]
@@ -1065,30 +1116,85 @@ def _experiment(check: Check, step: Step, timeout: float, name: str, overrides: 
     return check.harness_run(step, name, args, timeout)
 
 
-def _add_reproduction(check: Check, key: str, title: str, run_dir: Path) -> None:
-    """A section of reproduction.md from a run's baseline_reproduction.md (the file is rewritten whole,
-    so it holds every section written so far even if a later step never runs)."""
+def _add_reproduction(check: Check, key: str, title: str, run_dir: Path, extra: str = "") -> None:
+    """A section of reproduction.md from a run's baseline_reproduction.md and `extra` after it (the file is
+    rewritten whole, so it holds every section written so far even if a later step never runs)."""
     table = run_dir / "baseline_reproduction.md"
     if not table.exists():
         raise StepFailed("the run wrote no baseline_reproduction.md")
-    check.reproduction[key] = f"<!-- {title} -->\n\n{table.read_text(encoding='utf-8')}"
+    check.reproduction[key] = f"<!-- {title} -->\n\n{table.read_text(encoding='utf-8')}" + (
+        f"\n\n{extra}" if extra else "")
     header = f"<!-- scripts/gpu_check.sh {check.summary['mode']} {_now()} -->\n\n"
     (check.out / "reproduction.md").write_text(header + "\n\n".join(check.reproduction.values()), encoding="utf-8")
 
 
-def step_reprofile_ncu(check: Check, step: Step, timeout: float) -> Outcome:
-    scale = ["workload.scale=1.0"] if check.device_form else []
-    proc, run_dir = _experiment(check, step, timeout, "reprofile_ncu",
-                                ["experiment=reprofile", f"cards=[{','.join(PER_OP_KIND)}]", *scale], "reprofile")
-    _ok_or_fail(proc, "experiment=reprofile")
-    result, numbers = _reprofile_headline(run_dir)
-    how = "ncu at scale 1" if check.device_form else "the CPU stand-in (device=cpu profiler=cpu, scale 0.1)"
-    _add_reproduction(check, step.name, f"{step.name}: one card per op kind re-profiled with {how}", run_dir)
-    reports = list((check.work / "ncu_reports" / "reprofile").rglob("*.ncu-rep"))
-    numbers["ncu_reports"] = len(reports)
-    if reports:
-        result += f"; {len(reports)} reports kept"
-    return Outcome("ok", result, numbers)
+def reproduce_unmet() -> str | None:
+    text = CARDS_CLI.read_text(errors="replace") if CARDS_CLI.is_file() else ""
+    return None if REPRODUCE_PARSER.search(text) else (
+        f"`python -m harness.cards reproduce` missing ({_rel(CARDS_CLI)} has no reproduce subcommand)")
+
+
+def _json_document(text: str) -> Any:
+    """The last JSON object in `text` that starts a line (an indented, multi-line one too)."""
+    decoder = json.JSONDecoder()
+    found = None
+    for match in re.finditer(r"^\{", text, re.MULTILINE):
+        with contextlib.suppress(ValueError):
+            found, _ = decoder.raw_decode(text, match.start())
+    return found
+
+
+def _verdict_table(verdicts: dict[str, dict[str, Any]]) -> str:
+    """reproduction.md's verdicts: one row per card, as `python -m harness.cards reproduce` judged it."""
+    rows = ["| card | verdict | time here / report | report's kernels | kernels here | built in | class | reason |",
+            "|---|---|---|---|---|---|---|---|"]
+    for card, v in verdicts.items():
+        ratio = f"{v['time_ratio']:.2f}x" if isinstance(v.get("time_ratio"), (int, float)) else "-"
+        klass = (f"{v.get('class_report')} -> {v.get('class_here')}" if v.get("class_compared")
+                 else f"{v.get('class_report')} (not compared)")
+        rows.append(f"| `{card}` | {v.get('verdict')} | {ratio} | {', '.join(v.get('families_report') or []) or '-'} | "
+                    f"{', '.join(v.get('families_here') or []) or '-'} | {v.get('dtype_here') or '-'} | {klass} | "
+                    f"{v.get('reason') or ''} |")
+    return "### Verdicts (`python -m harness.cards reproduce <run>/baseline.json`)\n\n" + "\n".join(rows) + "\n"
+
+
+def step_reproduction_ncu(check: Check, step: Step, timeout: float) -> Outcome:
+    """One card per op kind and the five that carry the report's time, under ncu at scale 1, each built in
+    the dtype the report evidences (the harness decides it; no override here); then each card's verdict."""
+    end = time.monotonic() + timeout
+    overrides = ["experiment=reprofile", f"cards=[{','.join(REPRODUCTION_NCU)}]"]
+    if check.device_form:
+        overrides.append("workload.scale=1.0")
+        how = "ncu at scale 1"
+    else:
+        how = "the CPU stand-in (device=cpu profiler=cpu, scale 0.1): NOT_COMPARABLE with the report by design"
+    # The verdicts' command keeps a few seconds of the step (step.work.other_s).
+    proc, run_dir = _experiment(check, step, max(MIN_STEP_S, timeout - step.work.other_s), "reproduction_ncu",
+                                overrides, "reproduction")
+    _ok_or_fail(proc, "experiment=reprofile (reproduction_ncu)")
+    measured, numbers = _reprofile_headline(run_dir)
+    verdict_run = check.run([check.python, "-m", "harness.cards", "reproduce", str(run_dir / "baseline.json"),
+                             "--json"], max(5.0, end - time.monotonic()), log=check.work / "logs" / f"{step.name}.log")
+    found = _json_document(verdict_run.output)
+    verdicts = {str(v.get("card")): v for v in (found or {}).get("cards") or [] if isinstance(v, dict)}
+    costs = {card: entry["ncu"] for card, entry in scan_run(run_dir)["cards"].items() if entry.get("ncu")}
+    numbers.update(report_device=(found or {}).get("report_device"), ncu_costs=costs,
+                   verdicts={card: v.get("verdict") for card, v in verdicts.items()})
+    for card, verdict in verdicts.items():
+        numbers.setdefault(card, {})["reproduce"] = verdict
+    _add_reproduction(check, step.name, f"{step.name}: {len(REPRODUCTION_NCU)} cards re-profiled with {how}",
+                      run_dir, _verdict_table(verdicts) if verdicts else "")
+    if verdict_run.returncode != 0 or not verdicts:
+        raise StepFailed(f"{measured}; python -m harness.cards reproduce: exit {verdict_run.returncode}: "
+                         f"{_error_line(verdict_run.output)}", numbers=numbers)
+    counts: dict[str, int] = {}
+    for verdict in verdicts.values():
+        counts[str(verdict.get("verdict"))] = counts.get(str(verdict.get("verdict")), 0) + 1
+    each = "; ".join(f"{_short(card)} {v.get('verdict')}" + (
+        f" {v['time_ratio']:.2f}x" if isinstance(v.get("time_ratio"), (int, float)) else "")
+        for card, v in verdicts.items())
+    tally = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
+    return Outcome("ok", f"{how}: {measured.split(':', 1)[0]}; reproduce: {tally}: {each}", numbers)
 
 
 def step_stalls_ncu(check: Check, step: Step, timeout: float) -> Outcome:
@@ -1173,11 +1279,11 @@ def step_conv_kernels_ncu(check: Check, step: Step, timeout: float) -> Outcome:
     return Outcome("ok", text, numbers)
 
 
-def _unit_test_paths() -> list[str]:
-    """tests/ less tests/app, as paths: `--ignore=tests/app` would also drop the app tests named below."""
-    entries = sorted((REPO / "tests").iterdir())
-    return [_rel(p) for p in entries if (p.is_dir() and p.name not in ("app", "__pycache__"))
-            or (p.suffix == ".py" and p.name.startswith("test_"))]
+def _gpu_test_files() -> list[str]:
+    """The test files outside tests/app that mark a test gpu or ncu, read from the source: collecting only
+    them, not all of tests/ (5.7 s against 14.1 s on a 2-core CPU)."""
+    return [_rel(p) for p in sorted((REPO / "tests").rglob("test_*.py"))
+            if "app" not in p.relative_to(REPO / "tests").parts[:1] and GPU_MARK.search(p.read_text(errors="replace"))]
 
 
 def _ncu_marked_app_tests() -> list[str]:
@@ -1187,33 +1293,16 @@ def _ncu_marked_app_tests() -> list[str]:
     for path in sorted((REPO / "tests" / "app").glob("test_*.py")):
         for name in re.findall(r"@pytest\.mark\.ncu\s*\n(?:\s*@.*\n)*\s*def (test_\w+)", path.read_text()):
             found.append(f"{_rel(path)}::{name}")
-    return found
-
-
-def step_ncu_cost(check: Check, step: Step, timeout: float) -> Outcome:
-    """The ncu child's phases, cold and started ahead: under ncu on the costliest default card at scale 1;
-    on a CPU, the child alone on the three default cards at the CPU scale (its CPU side)."""
-    out = check.work / "runs" / "ncu_cost.json"
-    argv = [check.python, str(COST_SCRIPT), "--prestarted", "--json", str(out)]
-    if check.device_form:
-        argv += ["--device", "cuda", "--cards", COST_CARD, "--ncu", str(check.ncu)]
-        if check.metrics_file:
-            argv += ["--metrics-list", str(check.metrics_file)]
-    proc = check.run(argv, timeout, log=check.work / "logs" / f"{step.name}.log")
-    _ok_or_fail(proc, _rel(COST_SCRIPT))
-    rows = _read_json(out) or []
-    numbers = {"trials": [{key: row.get(key) for key in ("card", "session", "wall_s", "passes", "after_child_s",
-                                                          "phases_s")} for row in rows if isinstance(row, dict)]}
-    said = [ln.strip() for ln in proc.output.splitlines() if re.match(r"(cold|pre-started) trial", ln)]
-    return Outcome("ok", "; ".join(said[-2:]) or "no trial finished", numbers)
+    return [test for test in found if test not in COVERED_BY_STEPS]
 
 
 def step_gpu_tests(check: Check, step: Step, timeout: float) -> Outcome:
     marks, note = "gpu or ncu", ""
     if check.ncu_ok is False:  # they would fail on the reason the preflight already named
         marks, note = "gpu and not ncu", f"; the ncu-marked tests left out: {check.ncu_reason}"
-    argv = [check.python, "-m", "pytest", "-v", "-m", marks, *_unit_test_paths(), *_ncu_marked_app_tests(),
-            "-p", "no:cacheprovider", "-o", "addopts=-ra"]
+    # --durations: each test's cost in the log, for this step's budget.
+    argv = [check.python, "-m", "pytest", "-v", "-m", marks, *_gpu_test_files(), *_ncu_marked_app_tests(),
+            "-p", "no:cacheprovider", "-o", "addopts=-ra", "--durations=15"]
     env = check.env()
     if check.ncu:  # tests/conftest.py looks for ncu on PATH only; the check also finds it under /opt
         env["PATH"] = os.pathsep.join([os.path.dirname(check.ncu), env.get("PATH", "")])
@@ -1250,40 +1339,6 @@ def step_plants(check: Check, step: Step, timeout: float) -> Outcome:
                    line + (("; " + "; ".join(failed[:3])) if failed else ""), numbers)
 
 
-def side_stream_unmet() -> str | None:
-    return None if SIDE_STREAM_SCRIPT.is_file() else f"{_rel(SIDE_STREAM_SCRIPT)} missing"
-
-
-def _timing_text(name: str, facts: Any) -> str:
-    """One timing of the side-stream script: its events' and the synchronised clock's time per call."""
-    if not isinstance(facts, dict):
-        return f"{name}: no timing"
-    times = ", ".join(f"{label} {facts[key]:.1f} us" for label, key in (("events", "event_us"),
-                                                                       ("synchronised", "synced_us"))
-                      if isinstance(facts.get(key), (int, float)))
-    return f"{name}: {times or 'no times'}, {'flagged' if facts.get('flagged') else 'not flagged'}"
-
-
-def step_side_stream(check: Check, step: Step, timeout: float) -> Outcome:
-    """An honest matmul and a variant that works on a side stream, both timed by the CUDA timer: the
-    script exits 0 when the side-stream one is flagged (and the honest one not), and prints its
-    findings as one JSON line."""
-    proc = check.run([check.python, str(SIDE_STREAM_SCRIPT)], timeout, log=check.work / "logs" / f"{step.name}.log")
-    found = _json_tail(proc.output)
-    numbers = found if isinstance(found, dict) else {}
-    if proc.timed_out:
-        raise StepFailed(f"{_rel(SIDE_STREAM_SCRIPT)}: killed at its time limit ({proc.seconds:.0f} s)", "timeout",
-                         numbers)
-    if numbers.get("status") == "skipped":
-        return Outcome("skipped", f"{_rel(SIDE_STREAM_SCRIPT)}: {numbers.get('reason')}", numbers)
-    said = ("; ".join(_timing_text(name, numbers.get(name)) for name in ("honest", "side_stream"))
-            if numbers else _error_line(proc.output))
-    if proc.returncode == 0:
-        return Outcome("ok", f"the side-stream variant is flagged: {said}", numbers)
-    return Outcome("failed", f"exit {proc.returncode} (0: the side-stream variant flagged, the honest one not): "
-                             f"{said}", numbers)
-
-
 def step_aa_timing(check: Check, step: Step, timeout: float) -> Outcome:
     out = check.work / "runs" / "aa_timing.json"
     args = ["--rounds", "8", "--budget-s", "0.1"] if check.device_form else [
@@ -1303,23 +1358,55 @@ def step_aa_timing(check: Check, step: Step, timeout: float) -> Outcome:
     return Outcome("failed" if found.get("false_verdict") else "ok", text, numbers)
 
 
-def step_reproduction(check: Check, step: Step, timeout: float) -> Outcome:
-    """The cards that carry the report's time, at scale 1 under the CUDA trace: one harness run with no
-    ncu child per card (reprofile_ncu's section gives ncu's classes, one card per op kind)."""
-    overrides = ["experiment=reprofile", f"cards=[{','.join(REPRODUCTION)}]"]
-    if check.device_form:
-        overrides += ["workload.scale=1.0", "profiler=torch_cuda"]
-        how = "the CUDA trace at scale 1"
-    else:
-        how = "the CPU stand-in (device=cpu profiler=cpu, scale 0.1): not comparable with the report"
-    proc, run_dir = _experiment(check, step, timeout, "reproduction", overrides, None)
-    _ok_or_fail(proc, "experiment=reprofile (reproduction)")
-    _add_reproduction(check, step.name, f"{step.name}: {len(REPRODUCTION)} cards re-profiled with {how}", run_dir)
-    result, numbers = _reprofile_headline(run_dir)
-    return Outcome("ok", f"{how}: {result}", numbers)
+def _win(run_dir: Path) -> dict[str, Any]:
+    """A search's result on its card (diff.json's row): the best variant tried, its confirmed verdict and
+    interval, whether it was adopted (the variant best.json holds) or the baseline kept."""
+    row: dict[str, Any] = next(iter((_read_json(run_dir / "diff.json") or {}).get("cards") or []), {})
+    tried = (row.get("variant") or {}).get("label")
+    return {"card": row.get("card"), "tried": tried, "speedup": row.get("speedup"), "ci": row.get("speedup_ci"),
+            "verdict": row.get("timing_verdict"), "rule": row.get("verdict_rule"), "before_us": row.get("before_us"),
+            "after_us": row.get("after_us"), "adopted": bool(row.get("adopted")),
+            "adopted_variant": tried if row.get("adopted") else None, "refused": _refusals(run_dir) or None}
+
+
+def step_wins(check: Check, step: Step, timeout: float) -> Outcome:
+    """The wins a user comes for, each on its card at scale 1 under the CUDA trace (the timing is CUDA
+    events either way; the trace adds the kernels): a confirmed verdict and the variant adopted."""
+    end = time.monotonic() + timeout
+    parts: list[str] = []
+    numbers: dict[str, Any] = {}
+    for index, (experiment, card, space, trials) in enumerate(WINS):
+        left = max(MIN_STEP_S, (end - time.monotonic()) / (len(WINS) - index))
+        form = ["workload.scale=1.0", "profiler=torch_cuda"] if check.device_form else []
+        proc, run_dir = _experiment(check, step, left, f"wins_{experiment}", [
+            f"experiment={experiment}", f"cards=[{card}]", f"search.n_trials={trials}", *space, *form], None)
+        if proc.returncode != 0:
+            why = "timed out" if proc.timed_out else _error_line(proc.output)
+            numbers[experiment] = {"card": card, "returncode": proc.returncode, "error": why}
+            parts.append(f"{experiment}: exit {proc.returncode} ({why})")
+            continue
+        numbers[experiment] = win = _win(run_dir)
+        if win["speedup"]:
+            ci = f" [{win['ci'][0]:.2f}, {win['ci'][1]:.2f}]" if win["ci"] else ""
+            found = f"{win['tried']} {win['speedup']:.2f}x{ci} {win['verdict']}, " + (
+                f"adopted {win['adopted_variant']}" if win["adopted"] else "the baseline kept")
+        else:
+            found = "no verdict" + (f": {win['refused']}" if win["refused"] else "")
+        parts.append(f"{experiment} on {_short(card)}: {found}")
+    status = "ok" if all(numbers[e].get("verdict") for e, *_ in WINS) else "failed"
+    return Outcome(status, "; ".join(parts), numbers)
 
 
 CHUNK_EXPERIMENTS = ("vae_decode_chunk", "dit_block")  # the chunk cards' experiments (harness.trial.chunks)
+# Each experiment's 480 chunk card (on a GPU its default takes every resolution's: the first H200 run measured
+# both 480 baselines and was killed before either run finished a card).
+CHUNK_CARDS = {"vae_decode_chunk": "vae-480-chunk-decode-c9e063", "dit_block": "dit-480-chunk-block-88c34e"}
+# One cheap variant each (the first run drew channels_last_low_precision and a max-autotune compile of the DiT
+# block, which its time did not hold): the VAE chunk's layout, the DiT block's modulation computed once.
+DEVICE_CHUNK_FORM = {
+    "vae_decode_chunk": ["~experiment.space", "+experiment.space={channels_last_3d: {}}"],
+    "dit_block": ["~experiment.space", "+experiment.space={modulation_once: {}}"],
+}
 # The CPU form: the VAE chunk's layout variant only (one latent frame of a 2x1 slice decodes in about a second);
 # a DiT block streams its 351 M weights on every call, minutes of a CPU run, so it runs on the device only.
 CPU_CHUNK_FORM = {"vae_decode_chunk": ["workload.scale=0.04", "~experiment.space",
@@ -1327,7 +1414,7 @@ CPU_CHUNK_FORM = {"vae_decode_chunk": ["workload.scale=0.04", "~experiment.space
 
 
 def step_chunk_trace(check: Check, step: Step, timeout: float) -> Outcome:
-    """Each chunk experiment on its smallest chunk card under the CUDA trace at the report's scale, one
+    """Each chunk experiment on its 480 chunk card under the CUDA trace at the report's scale, one cheap
     trial each: the chunk's verdict and its op breakdown per contained report card."""
     device_form = check.device_form
     parts, numbers = [], {}
@@ -1338,10 +1425,11 @@ def step_chunk_trace(check: Check, step: Step, timeout: float) -> Outcome:
     end = time.monotonic() + timeout
     for index, name in enumerate(names):
         left = max(MIN_STEP_S, (end - time.monotonic()) / (len(names) - index))
-        form = (["workload.scale=1.0", "search.n_trials=1", "profiler=torch_cuda"] if device_form
-                else CPU_CHUNK_FORM[name])
+        form = (["workload.scale=1.0", "search.n_trials=1", "profiler=torch_cuda", *DEVICE_CHUNK_FORM[name]]
+                if device_form else CPU_CHUNK_FORM[name])
         args = [a for a in check.common(device_form) if not a.startswith("workload.scale=")]
-        proc, run_dir = check.harness_run(step, f"chunk_{name}", [*args, f"experiment={name}", *form], left)
+        proc, run_dir = check.harness_run(step, f"chunk_{name}", [*args, f"experiment={name}",
+                                                                  f"cards=[{CHUNK_CARDS[name]}]", *form], left)
         if proc.returncode != 0:
             parts.append(f"{name}: exit {proc.returncode}" + (" (timed out)" if proc.timed_out else ""))
             numbers[name] = {"returncode": proc.returncode}
@@ -1388,7 +1476,7 @@ def step_capture(check: Check, step: Step, timeout: float) -> Outcome:
 
 
 def step_auto_trace(check: Check, step: Step, timeout: float) -> Outcome:
-    overrides = ["experiment=auto", f"cards=[{','.join(AUTO_CARDS)}]", "search.n_trials=2"]
+    overrides = ["experiment=auto", f"cards=[{','.join(AUTO_CARDS)}]", "search.n_trials=1"]
     if check.device_form:
         overrides += ["profiler=torch_cuda", "workload.scale=0.25"]
     proc, run_dir = _experiment(check, step, timeout, "auto_trace", overrides, None)
@@ -1448,47 +1536,52 @@ def pack(check: Check) -> Outcome:
 # The table of steps, in order of value
 
 
+# Each device budget from the first H200 run (its step seconds in the comments); CPU budgets measured on 2 cores.
 STEPS = [
-    Step("machine", Work(other_s=10, other="nvidia-smi, ncu --version, one python importing torch"), 15, (),
+    Step("machine", Work(other_s=7, other="nvidia-smi, ncu --version, one python importing torch (6.8 s)"), 15, (),
          step_machine, "versions, driver, clocks -> versions.txt"),
-    Step("install", Work(other_s=25, other="pip --no-deps of 11 wheels, the requirement check, the import sweep"),
+    Step("install", Work(other_s=7, other="pip --no-deps of 11 wheels, the requirement check, the import sweep "
+                                          "(6.6 s)"),
          90, (), step_install, "the carried wheels, requirements, imports"),
-    Step("ncu_preflight", Work(other_s=12, other="ncu on one tiny kernel beside `ncu --query-metrics`"), 0,
-         ("cuda", "ncu"), step_ncu_preflight, "tiny kernel under ncu, metric list"),
-    Step("reprofile_ncu", Work(starts=1, ncu_trials=4), 45, ("cuda", "ncu", "harness"), step_reprofile_ncu,
-         "reprofile under ncu, one card per op kind: time and class against the report"),
+    # `ncu --query-metrics` took 16 s of this step's 16.8 s: started with the check, it runs beside machine and
+    # install (13.4 s), so what is left of it and the tiny kernel's 2.3 s remain.
+    Step("ncu_preflight", Work(other_s=6, other="ncu on one tiny kernel (2.3 s), the rest of `ncu --query-metrics`"),
+         0, ("cuda", "ncu"), step_ncu_preflight, "tiny kernel under ncu, metric list"),
+    Step("reproduction_ncu", Work(starts=1, ncu_trials=len(REPRODUCTION_NCU), other_s=2,
+                                  other="python -m harness.cards reproduce"),
+         100, ("cuda", "ncu", "harness"), step_reproduction_ncu,
+         "one card per op kind and the report's five under ncu, each with its reproduce verdict", reproduce_unmet),
+    Step("wins", Work(starts=len(WINS), trace_trials=sum(1 + trials for *_, trials in WINS), confirms=len(WINS)),
+         90, ("cuda", "harness"), step_wins, "vae_bf16 and dit_small_m_batching at scale 1: verdicts, adopted"),
     Step("channels_last_ncu", Work(starts=1, ncu_trials=2, confirms=1), 50, ("cuda", "ncu", "harness"),
          step_channels_last_ncu, "vae_channels_last under ncu, one trial: a confirmed verdict, the layout conversions"),
-    Step("aa_timing", Work(other_s=15, other="one python: torch, two workloads, 8 paired rounds"), 25,
+    Step("aa_timing", Work(other_s=10, other="one python: torch, two workloads, 8 paired rounds (9.2 s)"), 25,
          ("cuda", "harness"), step_aa_timing, "A/A pair of 8 rounds, SM clock"),
-    Step("reproduction", Work(starts=1, trace_trials=5), 70, ("cuda", "harness"), step_reproduction,
-         "five cards at scale 1 under the CUDA trace vs the report -> reproduction.md"),
-    Step("side_stream", Work(other_s=20, other=f"{_rel(SIDE_STREAM_SCRIPT)}: two matmuls, the CUDA timer"), 0,
-         ("cuda", "harness"), step_side_stream, "an honest matmul and a side-stream one: the latter flagged",
-         side_stream_unmet),
     Step("stalls_ncu", Work(starts=1, ncu_trials=1), 45, ("cuda", "ncu", "harness"), step_stalls_ncu,
          "stall_breakdown under ncu"),
-    Step("fixture", Work(other_s=10, other="ncu --import of one report, both parsed back"), 0,
+    Step("fixture", Work(other_s=2, other="ncu --import of one report, both parsed back (1.3 s)"), 0,
          ("cuda", "ncu", "harness"), step_fixture, "one .ncu-rep + raw page into $OUT"),
-    # The ncu-marked app test re-profiles one card per op kind under ncu (a harness run of 4 ncu trials).
-    Step("gpu_tests", Work(starts=1, ncu_trials=4, other_s=70,
-                           other="pytest: collection and the gpu unit tests (Triton and torch.compile compiles)"),
+    # 88.3 s with the ncu app test (a harness run of about 5 ncu baselines, ~34 s at the costs above) and the
+    # collection of all of tests/; without both, an estimate until its --durations say.
+    Step("gpu_tests", Work(other_s=50, other="pytest: the gpu unit tests (Triton and torch.compile compiles)"),
          0, ("cuda", "harness"), step_gpu_tests, "gpu- and ncu-marked tests"),
-    Step("plants", Work(other_s=40, other=f"pytest {_rel(PLANTS_TESTS)}: one worker, a trial per plant"), 0,
-         ("cuda", "harness"), step_plants, f"the planted mistakes on CUDA ({PLANTS_DEVICE_VAR}=cuda)", plants_unmet),
-    Step("ncu_cost", Work(ncu_trials=2, ncu_cold=1, other_s=5, other=f"{_rel(COST_SCRIPT)}: torch, the card"), 30,
-         ("cuda", "ncu", "harness"), step_ncu_cost, "one ncu trial's phases, cold and started ahead"),
-    # The capture's own process (torch, the model, its forwards) counts as one start, its re-profile run as another.
-    Step("capture", Work(starts=2, ncu_trials=CAPTURE_TOP, ncu_cold=1, other_s=5,
-                         other="the example model's forwards"), 20, ("cuda", "harness"), step_capture,
-         "a model captured: its hot ops replayed and re-profiled (ncu)"),
-    Step("conv_kernels_ncu", Work(starts=1, ncu_trials=2, confirms=1, other_s=5, other="a Triton compile"), 55,
-         ("cuda", "ncu", "harness"), step_conv_kernels_ncu,
-         "vae_conv_kernels under ncu: cuDNN's kernels, a Triton tile"),
-    Step("chunk_trace", Work(starts=2, trace_trials=4, confirms=2, other_s=10,
-                             other="building a DiT block's 351 M weights and a VAE decoder chunk"), 80,
+    Step("plants", Work(other_s=42, other=f"pytest {_rel(PLANTS_TESTS)}: one worker, a trial per plant (40.8 s)"),
+         0, ("cuda", "harness"), step_plants, f"the planted mistakes on CUDA ({PLANTS_DEVICE_VAR}=cuda)",
+         plants_unmet),
+    # The capture's own process (torch, the model, its forwards) counts as one start, its re-profile run as another;
+    # 42.2 s with 3 groups: 2 starts and 3 ncu trials left 9.8 s (the forwards, the replays' set-up).
+    Step("capture", Work(starts=2, ncu_trials=CAPTURE_TOP, ncu_cold=1, other_s=9.8,
+                         other="the example model's forwards, the replays' set-up"), 20, ("cuda", "harness"),
+         step_capture, "a model captured: its hot ops replayed and re-profiled (ncu)"),
+    Step("conv_kernels_ncu", Work(starts=1, ncu_trials=2, confirms=1), 55, ("cuda", "ncu", "harness"),
+         step_conv_kernels_ncu, "vae_conv_kernels under ncu: cuDNN's kernels, a Triton tile"),
+    Step("chunk_trace", Work(starts=len(CHUNK_EXPERIMENTS), trace_trials=2 * len(CHUNK_EXPERIMENTS),
+                             confirms=len(CHUNK_EXPERIMENTS), other_s=CHUNK_SETUP_S * len(CHUNK_EXPERIMENTS),
+                             other="the chunks' set-up (a VAE decoder chunk, a DiT block: 13.2 s each)"), 80,
          ("cuda", "harness"), step_chunk_trace, "the chunk experiments under the CUDA trace: op breakdown"),
-    Step("auto_trace", Work(starts=1, trace_trials=10, confirms=3), 60, ("cuda", "harness"), step_auto_trace,
+    # Two sub-runs, each with its worker: stall_breakdown's baseline; output_cast's baseline and one trial.
+    Step("auto_trace", Work(starts=1, trace_trials=3, confirms=1, other_s=3.5,
+                            other="the second sub-run's worker start"), 60, ("cuda", "harness"), step_auto_trace,
          "experiment=auto under the CUDA trace"),
 ]
 STEP_NAMES = [s.name for s in STEPS]
@@ -1528,8 +1621,11 @@ def run_steps(check: Check, names: list[str]) -> int:
     failures = 0
     selected = [s for s in STEPS if s.name in names]
     for index, step in enumerate(selected):
-        # Planned for the form the machine step found (a machine without CUDA runs the CPU forms).
+        # Planned for the form the machine step found (a machine without CUDA runs the CPU forms); summary.json's
+        # plan follows (the first H200 run's was the CPU form's, made before the machine step had run).
         plan = make_plan(selected, check.device_form, check.summary["deadline_s"])
+        check.summary["plan"] = [{"name": p.step.name, "budget_s": p.budget_s, "planned": p.planned} for p in plan]
+        check.summary["plan_total_s"] = plan_total_s(plan)
         entry = plan[index]
         record: dict[str, Any] = {"name": step.name, "doc": step.doc, "budget_s": entry.budget_s,
                                   "planned": entry.planned, "form": "device" if check.device_form else "cpu"}
@@ -1639,10 +1735,15 @@ def main(argv: list[str] | None = None) -> int:
         check.dry_run = check.dry_run or not check.cuda
     if "install" not in names and not check.dry_run:  # installed earlier, or by hand
         check.installed = _probe(check, "import optuna, hydra, omegaconf")
+    if "ncu_preflight" in names and check.ncu and not args.dry_run:
+        check.start_metric_query()  # beside machine and install, for the preflight
     plan = make_plan(selected, check.device_form, args.deadline)
     check.summary["plan"] = [{"name": p.step.name, "budget_s": p.budget_s, "planned": p.planned} for p in plan]
     check.summary["plan_total_s"] = plan_total_s(plan)
-    failures = run_steps(check, names)
+    try:
+        failures = run_steps(check, names)
+    finally:
+        check.stop_metric_query()  # a preflight skipped or not run leaves it to end here
     outcome = pack(check)
     check.summary["pack"] = {"status": outcome.status, "result": outcome.result, **outcome.numbers}
     check.summary["failed_steps"] = failures

@@ -102,6 +102,7 @@ def test_unknown_step_and_the_plan() -> None:
         listing = _run(flag)
         assert listing.returncode == 0 and all(step in listing.stdout for step in gc.STEP_NAMES)
         assert listing.stdout.splitlines()[-1] == f"total {gc.plan_total_s(plan)} s of deadline 420 s"
+        assert "not planned" not in listing.stdout and gc.plan_total_s(plan) <= 420
 
 
 def test_the_check_needs_the_standard_library_only(tmp_path: Path) -> None:
@@ -122,7 +123,7 @@ def test_the_check_needs_the_standard_library_only(tmp_path: Path) -> None:
 
 def test_a_deadline_too_close_skips_the_steps_and_still_packs(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = _run("--dry-run", "--steps", "aa_timing,reproduction", "--out", str(out), "--deadline", "5", timeout=120)
+    proc = _run("--dry-run", "--steps", "aa_timing,wins", "--out", str(out), "--deadline", "5", timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert [s["status"] for s in summary["steps"]] == ["skipped", "skipped"]
@@ -316,19 +317,23 @@ def test_a_killed_step_reports_the_cards_it_finished(tmp_path: Path, monkeypatch
                                         seen=seen))
     fake.chmod(0o755)
     check.python = str(fake)
-    monkeypatch.setattr(gc, "STEPS", [dataclasses.replace(STEPS["reprofile_ncu"], cpu_budget_s=4)])
+    monkeypatch.setattr(gc, "STEPS", [dataclasses.replace(STEPS["reproduction_ncu"], cpu_budget_s=4, unmet=None)])
     monkeypatch.setattr(gc, "SLACK_FACTOR", 1.0)
     monkeypatch.setattr(gc, "PROGRESS_EVERY_S", 0.5)
-    assert gc.run_steps(check, ["reprofile_ncu"]) == 1
+    assert gc.run_steps(check, ["reproduction_ncu"]) == 1
     (record,) = check.summary["steps"]
     assert record["status"] == "timeout" and record["seconds"] < 15
     assert "killed at its time limit" in record["result"]
-    assert f"1 card(s) finished: {card.rsplit('-', 1)[1]} 9.5 us (2.00x report), partial_wave_tail" in record["result"]
-    finished = record["numbers"]["finished"]["runs"]["reprofile_ncu"]
+    # Its baseline measured, the run not through with the card (no best.json, no run.json): not finished.
+    assert (f"0 card(s) finished; 1 with only the baseline measured: {card.rsplit('-', 1)[1]} 9.5 us (2.00x report), "
+            "partial_wave_tail") in record["result"]
+    finished = record["numbers"]["finished"]["runs"]["reproduction_ncu"]
     assert finished["done"] is False and finished["cards"][card]["here_us"] == 9.5
+    assert finished["cards"][card]["finished"] is False
     # While the step still ran, summary.json already held the card (it survives a kill of the whole check).
-    running = next(s for s in json.loads(seen.read_text())["steps"] if s["name"] == "reprofile_ncu")
-    assert running["status"] == "running" and card in running["numbers"]["finished"]["runs"]["reprofile_ncu"]["cards"]
+    running = next(s for s in json.loads(seen.read_text())["steps"] if s["name"] == "reproduction_ncu")
+    assert running["status"] == "running"
+    assert card in running["numbers"]["finished"]["runs"]["reproduction_ncu"]["cards"]
     assert json.loads((check.out / "summary.json").read_text())["steps"][0]["status"] == "timeout"
 
 
@@ -344,9 +349,11 @@ def test_finished_trials_and_tests_are_read_back(tmp_path: Path) -> None:
                                                            "confirmation": {"verdict": "FASTER", "speedup": 2.5}}]}))
     (run.parents[1] / "run.json").write_text(json.dumps({"phases": {"wall_s": 12.345, "worker_starts": 1}}))
     assert gc.run_phases(tmp_path / "auto") == {"dit_gemm_tiles": {"wall_s": 12.3, "worker_starts": 1}}
+    # The card is finished once the sub-run's best.json (rewritten after each card) holds it.
+    (run.parents[1] / "best.json").write_text(json.dumps({"cards": [{"id": run.name}]}))
     scanned = gc.scan_run(tmp_path / "auto")
     entry = scanned["cards"]["dit_gemm_tiles/dit-480-linear-m1170n5120k5120-b9770e"]
-    assert entry["here_us"] == 100.0 and entry["trials"] == {"0000_cublaslt": 40.0}
+    assert entry["here_us"] == 100.0 and entry["trials"] == {"0000_cublaslt": 40.0} and entry["finished"] is True
     assert gc.finished_text({"auto": scanned}) == (
         "1 card(s) finished: dit_gemm_tiles/b9770e 100.0 us (1.25x report), "
         "compute_bound (report compute_bound), 1 trial(s), cublaslt 2.50x FASTER")
@@ -362,33 +369,19 @@ def test_finished_trials_and_tests_are_read_back(tmp_path: Path) -> None:
 # The side-stream and plants steps
 
 
-def test_side_stream_and_plants_say_why_they_cannot_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plants_and_reproduction_say_why_they_cannot_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     check = _check(tmp_path, cuda=True, installed=True)
-    monkeypatch.setattr(gc, "SIDE_STREAM_SCRIPT", gc.REPO / "scripts" / "no_such_side_stream_check.py")
     monkeypatch.setattr(gc, "PLANTS_TESTS", gc.REPO / "tests" / "app" / "no_such_test_plants.py")
-    assert gc.skip_reason(check, STEPS["side_stream"]) == "scripts/no_such_side_stream_check.py missing"
     assert gc.skip_reason(check, STEPS["plants"]) == "tests/app/no_such_test_plants.py missing"
     plants = tmp_path / "test_plants.py"
     plants.write_text("DEVICE = 'cpu'\n")
     monkeypatch.setattr(gc, "PLANTS_TESTS", plants)
     assert "does not read HARNESS_PLANTS_DEVICE" in gc.skip_reason(check, STEPS["plants"])
-
-
-@pytest.mark.parametrize("code, status", [(0, "ok"), (1, "failed")])
-def test_side_stream_reads_the_scripts_json_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int,
-                                                 status: str) -> None:
-    found = {"status": status, "honest": {"event_us": 210.0, "synced_us": 212.5, "flagged": False},
-             "side_stream": {"event_us": 4.0, "synced_us": 209.0, "flagged": code == 0}}
-    script = tmp_path / "side.py"
-    script.write_text(f"import sys\nprint('timing...')\nprint({json.dumps(json.dumps(found))})\nsys.exit({code})\n")
-    monkeypatch.setattr(gc, "SIDE_STREAM_SCRIPT", script)
-    check = _check(tmp_path, cuda=True, installed=True)
-    outcome = gc.step_side_stream(check, STEPS["side_stream"], 30)
-    assert outcome.status == status and outcome.numbers == found
-    flagged = "flagged" if code == 0 else "not flagged"
-    assert outcome.result.endswith("honest: events 210.0 us, synchronised 212.5 us, not flagged; side_stream: "
-                                   f"events 4.0 us, synchronised 209.0 us, {flagged}")
-    assert ("variant is flagged" in outcome.result) == (code == 0)
+    # Until the CLI has `reproduce`, reproduction_ncu is skipped with the reason, like a step whose file is missing.
+    monkeypatch.setattr(gc, "CARDS_CLI", _cards_cli(tmp_path, with_reproduce=False))
+    assert "`python -m harness.cards reproduce` missing" in gc.skip_reason(check, STEPS["reproduction_ncu"])
+    monkeypatch.setattr(gc, "CARDS_CLI", _cards_cli(tmp_path, with_reproduce=True))
+    assert gc.reproduce_unmet() is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,7 +410,7 @@ def test_the_check_finds_ncu_where_the_harness_looks(tmp_path: Path, monkeypatch
     assert check.ncu == str(root / "2025.3.1" / "ncu") and check.summary["ncu"] == check.ncu
     check.ncu = None
     check.cuda, check.installed = True, True
-    assert gc.skip_reason(check, STEPS["reprofile_ncu"]) == f"needs ncu: {command.searched_for_ncu()}"
+    assert gc.skip_reason(check, STEPS["stalls_ncu"]) == f"needs ncu: {command.searched_for_ncu()}"
 
 
 def test_preflight_reads_the_chips_metrics_and_swaps_a_missing_one(tmp_path: Path) -> None:
@@ -433,14 +426,16 @@ case "$1" in
 esac
 """)  # the query outlasts the tiny kernel's run, as a real one does: the sweep after that run spares it
     check = _check(tmp_path, cuda=True, ncu=ncu)
+    started = check.start_metric_query()  # as main does, beside machine and install
     outcome = gc.step_ncu_preflight(check, STEPS["ncu_preflight"], 60)  # a bound, not a wait: loaded CI starts slowly
     assert outcome.status == "ok", outcome.result
+    assert check.metric_query is started and started.returncode == 0
     assert check.ncu_ok is True and check.metrics_file is not None and check.metrics_file.exists()
     assert outcome.numbers["substituted"] == {
         "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed":
             "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed"}
     assert outcome.numbers["dropped"] == []
-    overrides = check.ncu_overrides(STEPS["reprofile_ncu"], "reprofile", 60)
+    overrides = check.ncu_overrides(STEPS["stalls_ncu"], "stalls", 60)
     assert f"profiler.available_metrics={check.metrics_file}" in overrides
 
 
@@ -461,7 +456,7 @@ esac
     assert check.ncu_ok is True and check.metrics_file is None
     assert "metric list not checked (`ncu --query-metrics` exit 1, 0 names)" in outcome.result
     assert outcome.numbers["query_exit"] == 1 and outcome.numbers["chip_metric_names"] == 0
-    assert "profiler.available_metrics=auto" in check.ncu_overrides(STEPS["reprofile_ncu"], "reprofile", 60)
+    assert "profiler.available_metrics=auto" in check.ncu_overrides(STEPS["stalls_ncu"], "stalls", 60)
 
 
 def test_preflight_that_cannot_profile_skips_the_ncu_steps_and_tests(tmp_path: Path) -> None:
@@ -469,9 +464,9 @@ def test_preflight_that_cannot_profile_skips_the_ncu_steps_and_tests(tmp_path: P
     check = _check(tmp_path, cuda=True, ncu=ncu, installed=True)
     outcome = gc.step_ncu_preflight(check, STEPS["ncu_preflight"], 60)  # a bound, not a wait: loaded CI starts slowly
     assert outcome.status == "failed" and "LibraryNotLoaded" in outcome.result
-    for name in ("reprofile_ncu", "stalls_ncu", "fixture", "channels_last_ncu", "conv_kernels_ncu"):
+    for name in ("stalls_ncu", "fixture", "channels_last_ncu", "conv_kernels_ncu"):
         assert "ncu cannot profile here" in gc.skip_reason(check, STEPS[name])
-    for name in ("gpu_tests", "aa_timing", "reproduction", "auto_trace", "chunk_trace"):
+    for name in ("gpu_tests", "aa_timing", "wins", "auto_trace", "chunk_trace"):
         assert gc.skip_reason(check, STEPS[name]) is None
     seen: list[list[str]] = []
     check.run = lambda argv, *a, **k: seen.append(argv) or gc.Proc(0, False, 1.0, "3 passed in 1.0s")  # type: ignore
@@ -571,3 +566,128 @@ def test_the_channels_last_step_names_the_h200_convert_tensor_kernels(tmp_path: 
     assert "in the baseline: nchwToNhwcKernel x2, nhwcToNchwKernel x1 (80.5 us" in outcome.result  # 70.4+3.136+6.976
     assert "in channels_last_3d: convertTensor_kernel x2 (78.6 us" in outcome.result
     assert outcome.numbers["variant_conversions"]["dur_us"] == pytest.approx(74.336 + 4.224)
+
+
+# ---------------------------------------------------------------------------------------------
+# The new steps' results, read back from planted run folders
+
+
+def _planted_reprofile_run(run: Path, cards: dict[str, tuple[float, float]]) -> None:
+    """A reprofile run folder as the harness leaves it: diff.json rows (report and here times), the
+    run-level baseline.json, baseline_reproduction.md, and per card its baseline with an ncu cost."""
+    rows, base = [], []
+    for card, (before, after) in cards.items():
+        rows.append({"card": card, "before_us": before, "after_us": after, "class_before": "compute_bound",
+                     "class_after": "compute_bound"})
+        base.append({"id": card, "metrics_source": "ncu"})
+        folder = run / "trials" / card
+        folder.mkdir(parents=True)
+        (folder / "baseline.json").write_text(json.dumps({"cards": [{
+            "primary": "compute_bound", "timing": {"median_us": after}, "variant": {"calls": 1},
+            "profiler_settings": {"ncu_cost": {"session": "cold", "wall_s": 7.5, "passes": [9]}}}]}))
+    (run / "diff.json").write_text(json.dumps({"cards": rows}))
+    (run / "baseline.json").write_text(json.dumps({"cards": base}))
+    (run / "best.json").write_text(json.dumps({"cards": base}))
+    (run / "baseline_reproduction.md").write_text("| card | here | report |\n")
+
+
+REPRODUCE_JSON = {"report_device": "H200", "cards": [
+    {"card": "dit-480-linear-m4680n5120k5120-8f26a7", "verdict": "REPRODUCED", "families_report": ["nvjet"],
+     "families_here": ["nvjet"], "time_ratio": 1.02, "class_report": "compute_bound", "class_here": "compute_bound",
+     "class_compared": True, "reason": "same families, time within 15%", "device_here": "NVIDIA H200",
+     "dtype_here": "bfloat16"},
+    {"card": "output-480-cast-f18982", "verdict": "OTHER_KERNELS", "families_report": ["elementwise_kernel"],
+     "families_here": ["vectorized_elementwise_kernel"], "time_ratio": 0.9, "class_report": None,
+     "class_here": None, "class_compared": False, "reason": "other kernel families", "device_here": "NVIDIA H200",
+     "dtype_here": "float32"},
+]}
+
+
+@pytest.mark.parametrize("exit_code", [0, 2])
+def test_reproduction_ncu_puts_each_cards_verdict_in_the_summary_and_the_table(tmp_path: Path, exit_code: int) -> None:
+    run = tmp_path / "run"
+    _planted_reprofile_run(run, {"dit-480-linear-m4680n5120k5120-8f26a7": (292.0, 297.8),
+                                 "output-480-cast-f18982": (29.8, 26.8)})
+    check = _check(tmp_path, cuda=True, installed=True, ncu_ok=True)
+    check.harness_run = lambda step, name, args, timeout: (gc.Proc(0, False, 1.0, ""), run)  # type: ignore
+    seen: list[list[str]] = []
+    # As the CLI prints it (indent=1), after a warning line on stderr.
+    printed = "UserWarning: something\n" + json.dumps(REPRODUCE_JSON, indent=1) + "\n"
+
+    def fake_run(argv, timeout, log=None, env=None, cwd=gc.REPO, echo=False):
+        seen.append(list(argv))
+        return gc.Proc(exit_code, False, 1.0, printed if exit_code == 0 else "error: no such report\n")
+
+    check.run = fake_run  # type: ignore[method-assign]
+    step = STEPS["reproduction_ncu"]
+    if exit_code:
+        with pytest.raises(gc.StepFailed) as failed:
+            step.run(check, step, 40.0)
+        assert "reproduce: exit 2: error: no such report" in failed.value.outcome.result
+        assert "2/2 cards measured (ncu)" in failed.value.outcome.result
+        return
+    outcome = step.run(check, step, 40.0)
+    assert seen == [[check.python, "-m", "harness.cards", "reproduce", str(run / "baseline.json"), "--json"]]
+    assert outcome.status == "ok"
+    assert outcome.numbers["verdicts"] == {"dit-480-linear-m4680n5120k5120-8f26a7": "REPRODUCED",
+                                           "output-480-cast-f18982": "OTHER_KERNELS"}
+    assert outcome.numbers["output-480-cast-f18982"]["reproduce"]["families_here"] == ["vectorized_elementwise_kernel"]
+    assert outcome.numbers["report_device"] == "H200"
+    assert outcome.numbers["ncu_costs"]["output-480-cast-f18982"]["baseline"]["wall_s"] == 7.5
+    assert outcome.result == ("ncu at scale 1: 2/2 cards measured (ncu); reproduce: 1 OTHER_KERNELS, 1 REPRODUCED: "
+                              "8f26a7 REPRODUCED 1.02x; f18982 OTHER_KERNELS 0.90x")
+    table = (check.out / "reproduction.md").read_text()
+    assert "| `dit-480-linear-m4680n5120k5120-8f26a7` | REPRODUCED | 1.02x | nvjet | nvjet | bfloat16 | " \
+           "compute_bound -> compute_bound | same families, time within 15% |" in table
+    assert "| `output-480-cast-f18982` | OTHER_KERNELS | 0.90x |" in table and "None (not compared)" in table
+
+
+def test_wins_report_each_confirmed_verdict_and_the_adopted_variant(tmp_path: Path) -> None:
+    runs = {}
+    for experiment, *_ in gc.WINS:
+        runs[experiment] = tmp_path / experiment
+        runs[experiment].mkdir()
+    # vae_bf16: its best variant FASTER and adopted; dit_small_m_batching: SAME, the baseline kept.
+    (runs["vae_bf16"] / "diff.json").write_text(json.dumps({"cards": [{
+        "card": "vae-480-conv3d-96to96k333t6-13c157", "before_us": 1800.0, "after_us": 1000.0, "speedup": 1.8,
+        "speedup_ci": [1.75, 1.85], "timing_verdict": "FASTER", "adopted": True,
+        "variant": {"label": "low_precision(dtype=bfloat16, memory_format=channels_last_3d)"}}]}))
+    (runs["dit_small_m_batching"] / "diff.json").write_text(json.dumps({"cards": [{
+        "card": "dit-480-linear-m3n30720k5120-c91997", "before_us": 70.0, "after_us": 69.0, "speedup": 1.01,
+        "speedup_ci": [0.99, 1.02], "timing_verdict": "SAME", "adopted": False,
+        "variant": {"label": "batched(k=20)"}}]}))
+    check = _check(tmp_path, cuda=True, installed=True)
+    check.harness_run = lambda step, name, args, timeout: (  # type: ignore[method-assign]
+        gc.Proc(0, False, 1.0, ""), runs[name[len("wins_"):]])
+    outcome = gc.step_wins(check, STEPS["wins"], 40.0)
+    assert outcome.status == "ok"
+    vae, dit = outcome.numbers["vae_bf16"], outcome.numbers["dit_small_m_batching"]
+    assert vae["adopted_variant"] == "low_precision(dtype=bfloat16, memory_format=channels_last_3d)"
+    assert vae["verdict"] == "FASTER" and vae["speedup"] == 1.8 and vae["ci"] == [1.75, 1.85]
+    assert dit["adopted"] is False and dit["adopted_variant"] is None and dit["verdict"] == "SAME"
+    assert outcome.result == (
+        "vae_bf16 on 13c157: low_precision(dtype=bfloat16, memory_format=channels_last_3d) 1.80x [1.75, 1.85] FASTER, "
+        "adopted low_precision(dtype=bfloat16, memory_format=channels_last_3d); "
+        "dit_small_m_batching on c91997: batched(k=20) 1.01x [0.99, 1.02] SAME, the baseline kept")
+
+
+def test_a_killed_chunk_run_counts_as_its_run_json_does(tmp_path: Path) -> None:
+    """The first H200 run's chunk step said "2 card(s) finished" where both run.json files said 0 of 2: it
+    counted every card with a measured baseline. Planted as it was: one baseline each, run.json stopped."""
+    runs = {}
+    for name, card, us in (("chunk_vae_decode_chunk", "vae-480-chunk-decode-c9e063", 105778.0),
+                           ("chunk_dit_block", "dit-480-chunk-block-88c34e", 3444.8)):
+        run = tmp_path / name
+        (run / "trials" / card).mkdir(parents=True)
+        (run / "trials" / card / "baseline.json").write_text(json.dumps({"cards": [{
+            "primary": "compute_bound", "timing": {"median_us": us}, "variant": {"calls": 1}}]}))
+        (run / "run.json").write_text(json.dumps({"cards": [], "stopped": {
+            "signal": "SIGTERM", "cards_done": 0, "cards_total": 2, "cards_finished": []}}))
+        runs[name] = gc.scan_run(run)
+    assert gc.finished_text(runs) == (
+        "0 card(s) finished; 2 with only the baseline measured: c9e063 105778.0 us, compute_bound (report None); "
+        "88c34e 3444.8 us, compute_bound (report None)")
+    # Once run.json lists the card (the run finished it), it counts.
+    run = tmp_path / "chunk_dit_block"
+    (run / "run.json").write_text(json.dumps({"cards": ["dit-480-chunk-block-88c34e"]}))
+    assert gc.finished_text({"dit": gc.scan_run(run)}).startswith("1 card(s) finished: 88c34e 3444.8 us")
