@@ -6,11 +6,14 @@ told to include, so set-up, allocation and warm-up kernels are not profiled. The
 through ncu_report (or ncu's raw-page CSV export) and converted to the report's units.
 
 ncu writes the report only when the child exits, so every trial is one ncu session. What a session does
-before its job (ncu starting, python, the torch and harness imports) is done ahead: once a trial's child
-has come back with its phase record, the next trial's session is started right after each trial's ncu
-exits, its child waiting for the job without touching CUDA (harness.profile.ncu.session), and the next
-`profile` hands it the job. `profiler.prestart=false` starts every trial cold; a
-session that ended before its trial (its child gave up waiting) is replaced by a cold run. `close()`, also
+before its job (ncu starting, python, the torch and harness imports) is done ahead: the next trial's
+session is started as soon as a trial's ncu runs (at its handoff, or a cold trial's start), its child
+importing while this trial profiles and then waiting for the job without touching CUDA
+(harness.profile.ncu.session); the next `profile` hands it the job. The first trial's companion session is
+started on trust and killed when that trial's child comes back without its phase record (ncu or the child
+does not work here); no session is started again until a trial proves the chain. `profiler.prestart=false`
+starts every trial cold; a session that ended before its trial (its child gave up waiting) is replaced by a
+cold run. `close()`, also
 at exit, kills the waiting one. Each profile records what its trial cost (`ncu_cost`: cold or started
 ahead, its wall time from the handoff, the child's phases, ncu's passes per kernel; docs/ncu-cost.md).
 
@@ -179,9 +182,10 @@ class NcuProfiler:
         self._plan: MetricPlan | None = None
         self._plan_source = "not checked"
         self._pending: PendingSession | None = None
-        # Sessions are started ahead only once a trial's child wrote its phase record: ncu, the child and
-        # its imports work here. Until then every trial starts cold, and no session waits for nothing.
-        self._proven = False
+        # Whether a trial's child wrote its phase record (ncu, the child and its imports work here): None
+        # before the first trial, whose session for the next trial is started beside it on trust; False once a
+        # trial failed without any having proven it (no session is started until one does).
+        self._proven: bool | None = None
         self._atexit = False  # close() registered to run at exit
 
     @property
@@ -245,17 +249,20 @@ class NcuProfiler:
 
     def _run(self, workdir: Path, spec: TrialSpec, session: PendingSession | None) -> tuple[Path, _Run]:
         """ncu's run of the trial, in `session` or cold; the folder it ended in (a kept pre-started one is
-        moved to the trial's own) and what the run was. The next trial's session starts right after."""
+        moved to the trial's own) and what the run was. The next trial's session starts as soon as this
+        trial's ncu runs, so it imports while this trial profiles."""
         job = {"spec": spec.to_json(), "nvtx_range": NVTX_RANGE}
         try:
             if session is None:
                 write_job(workdir, job)
                 launched = handed = time.time()
                 command = self._command(child_argv(workdir, wait=False, launched=launched), workdir / REPORT_NAME)
+                self._prestart()  # a process start's milliseconds before this trial's ncu, which is waited for
                 result = run_ncu(command.argv, self.deadline_s)
             else:
                 launched, command = session.launched, session.command
                 handed = session.hand(job)
+                self._prestart()
                 result = session.finish(self.deadline_s)
             ended = time.time()
         finally:
@@ -263,17 +270,29 @@ class NcuProfiler:
                 kept = trial_folder(Path(self.keep_dir), spec)
                 os.replace(workdir, kept)  # onto the empty folder that claimed the trial's number
                 workdir = kept
-            self._prestart(workdir)
+            self._judge_chain(workdir)
         # A stand-in result without ncu's output (a test's) has no pass counts to give.
         output = f"{getattr(result, 'stdout', '')}\n{getattr(result, 'stderr', '')}"
         cost = trial_cost(read_phases(workdir), prestarted=session is not None, launched=launched, handed=handed,
                           ended=ended, output=output)
         return workdir, _Run(command, cost)
 
-    def _prestart(self, finished: Path) -> None:
-        """Start the next trial's session, once a child has shown (its phase record) that the chain works."""
-        self._proven = self._proven or read_phases(finished) is not None
-        if not (self.prestart and self._proven) or self._pending is not None:
+    def _judge_chain(self, finished: Path) -> None:
+        """After a trial: a child that wrote its phase record proves ncu and the child work here (a session is
+        started now if none waits). Until one has, a trial without it stops the sessions: the one started
+        beside it is killed, and later trials start cold until one proves the chain."""
+        if read_phases(finished) is not None:
+            self._proven = True
+            self._prestart()
+        elif not self._proven:
+            self._proven = False
+            self.close()
+
+    def _prestart(self) -> None:
+        """Start the next trial's session, unless one waits already, prestart is off, or the chain failed
+        before it was ever proven (`_proven` is None before the first trial: the first session is started
+        beside it, on trust, and killed if it fails)."""
+        if not self.prestart or self._proven is False or self._pending is not None:
             return
         if self.keep_dir:  # beside the trial folders it will be moved among: the same file system
             pending_dir = Path(self.keep_dir) / PENDING_DIR

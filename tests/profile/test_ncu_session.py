@@ -41,7 +41,7 @@ TIMES = "fake_ncu_times.json"
 REPO = Path(__file__).resolve().parents[2]
 
 FAKE_NCU = r'''#!{python}
-import csv, io, json, subprocess, sys, time
+import csv, io, json, os, subprocess, sys, time
 from pathlib import Path
 
 args = sys.argv[1:]
@@ -56,6 +56,14 @@ program = args[args.index("-f") + 1:]
 report = Path(args[args.index("-o") + 1] + ".ncu-rep")
 code = subprocess.call(program)
 child_exit = time.time()
+hold = float(os.environ.get("FAKE_NCU_HOLD_S", "0"))
+if hold:  # ncu's replay outlasts the next session's start (the H200's trials 4-8 s, start + imports 3-4.5 s)
+    own = report.parent
+    end = time.monotonic() + hold
+    while time.monotonic() < end and not any(
+            "ready" in json.loads(p.read_text()).get("marks", {{}})
+            for p in (own.parent.parent / ".pending").glob("session-*/phases.json") if p.parent != own):
+        time.sleep(0.02)
 record = json.loads(Path(program[program.index("--phases") + 1]).read_text())
 table = io.StringIO()
 out = csv.writer(table, quoting=csv.QUOTE_ALL, lineterminator="\n")
@@ -143,6 +151,47 @@ def test_a_job_handed_to_a_waiting_child_gives_what_a_cold_start_gives(profiler:
     cold_times = json.loads((_kept(cold) / TIMES).read_text())
     assert cold_cost["handed_at"] <= cold_times["started"]
     assert set(cost["phases_s"]) >= {"torch_import", "harness_import", "wait", "profiled_call"}
+
+
+def test_every_trial_after_the_first_finds_its_session_ready(profiler: backend.NcuProfiler,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # The stand-in holds each trial until a session other than its own has imported (what the H200 shows:
+    # a trial's ncu outlasts a session's start and imports). The next session must therefore be started while
+    # a trial runs, not after its ncu exits, for it to be ready when its job is handed over.
+    monkeypatch.setenv("FAKE_NCU_HOLD_S", str(READY_WAIT_S))
+    jobs = [_job(), _job("trial", "channels_last_3d"), _job(), _job("trial", "channels_last_3d")]
+    profiles = [profiler.profile(lambda: None, FACTS, job) for job in jobs]
+    costs = [p.settings["ncu_cost"] for p in profiles]
+    assert [c["session"] for c in costs] == ["cold"] + ["prestarted"] * 3
+    assert [c.get("ready_at_handoff") for c in costs[1:]] == [True] * 3
+    for job, profile in zip(jobs, profiles):  # each session ran the job handed to it
+        assert profile.kernels[0].name.startswith(f"{SHAPE}/{job.role}/{job.variant}/")
+    # Each next session was launched before the trial it follows had even finished its child.
+    for before, after in zip(profiles, costs[1:]):
+        child_exit = json.loads((_kept(before) / TIMES).read_text())["child_exit"]
+        assert after["launched_at"] <= child_exit
+
+
+def test_a_first_trial_that_fails_kills_the_session_started_beside_it(profiler: backend.NcuProfiler,
+                                                                    tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    refusing = tmp_path / "refusing_ncu"  # an ncu that cannot profile here: it never runs the program
+    refusing.write_text("#!/bin/sh\necho '==ERROR== ERR_NVGPUCTRPERM - no permission'\nexit 1\n")
+    refusing.chmod(0o755)
+    profiler.executable = str(refusing)
+    started: list[backend.PendingSession] = []
+    def start(*args: Any) -> backend.PendingSession:
+        started.append(real_start(*args))
+        return started[-1]
+
+    real_start = backend.start_session
+    monkeypatch.setattr(backend, "start_session", start)
+    for _ in range(2):
+        with pytest.raises(backend.NcuFailure):
+            profiler.profile(lambda: None, FACTS, _job())
+    # One session was started beside the first trial, on trust; it is gone, and none after the failure.
+    assert len(started) == 1 and not started[0].alive() and not started[0].folder.exists()
+    assert profiler.pending is None
 
 
 def test_close_kills_the_waiting_session_and_removes_its_folder(profiler: backend.NcuProfiler) -> None:
