@@ -8,8 +8,10 @@ selectable and the same for the same cards.
 from __future__ import annotations
 
 import io
+import math
 
 import matplotlib
+from matplotlib import ticker
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -27,8 +29,33 @@ def plain(text: str) -> str:
     return text.replace("$", r"\$")
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def power_label(value: float, _position: object = None) -> str:
+    """A log axis's tick as plain text: 10¹¹ for a power of ten, else 3 significant digits (2.5e+09)."""
+    if value <= 0:
+        return ""
+    exponent = round(math.log10(value))
+    if math.isclose(value, 10.0**exponent, rel_tol=1e-9):
+        return "10" + str(exponent).translate(_SUPERSCRIPT)
+    return f"{value:.3g}"
+
+
+def _plain_log_axes(fig: Figure) -> None:
+    """Log axes with plain-text labels at their major ticks and no minor ticks. matplotlib's default labels
+    are mathtext ($10^{11}$), parsed and laid out per tick, and its minor ticks are a dozen more per decade:
+    together most of a roofline's 0.8 s to draw (0.14 s without), report.html's largest cost."""
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() == "log":
+                axis.set_minor_locator(ticker.NullLocator())
+                axis.set_major_formatter(ticker.FuncFormatter(power_label))
+
+
 def svg(fig: Figure) -> str:
     """The figure as an inline <svg> element: text stays text (smaller, selectable), no date stamp."""
+    _plain_log_axes(fig)
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none"}):
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
