@@ -18,6 +18,7 @@ from typing import Any, NoReturn, Sequence
 from harness.capture.apply import apply_best
 from harness.capture.factory import CaptureError, load_factory, place
 from harness.capture.pipeline import CaptureOptions, CaptureResult, capture, resolve_device
+from harness.cards.labels import class_label
 from harness.cards.model import ReportError, load_report, write_json_atomic, write_text_atomic
 from harness.errors import HarnessError
 
@@ -96,7 +97,7 @@ def summary_table(result: CaptureResult) -> str:
     for kept in result.kept:
         card = kept.card
         lines.append(f"| `{card.id}` | {card.op} | {kept.group.calls} | {kept.group.time_s * 1e6:.1f} | "
-                     f"{kept.share:.1%} | {card.primary or '(not profiled)'} |")
+                     f"{kept.share:.1%} | {class_label(card) if card.kernels else '(not profiled)'} |")
     for card_id, why in record["unprofiled"].items():
         lines.append(f"\nnot profiled: `{card_id}`: {why}")
     not_replayable = record["not_replayable"]

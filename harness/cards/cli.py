@@ -42,7 +42,7 @@ from harness.cards.model import (
     write_text_atomic,
 )
 from harness.cards.reproduce import declared_device, reproduce
-from harness.cards.rules import RuleSet, classify_report
+from harness.cards.rules import NOT_ENOUGH, RuleSet, classify_report
 
 EXIT_BAD_INPUT = 2
 CORRECTED = "*"  # marks a value `show` prints from the normalized view that differs from the stored one
@@ -88,7 +88,9 @@ def _cmd_lint(args: argparse.Namespace) -> int:
 
 
 def no_class_reason(card: Card) -> str:
-    """Why a classified card has no primary class (harness.cards.rules.classify_card's three cases)."""
+    """Why a classified card has no primary class (harness.cards.rules.classify_card's cases)."""
+    if (card.primary_rule or "").startswith(NOT_ENOUGH):  # an estimate the nulls could classify otherwise
+        return NOT_ENOUGH
     if "classification_note" in card.extra:
         return "dominant kernel not listed"
     if card.dominant_kernel is None:

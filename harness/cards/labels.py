@@ -19,7 +19,7 @@ from harness.cards.fields import (
     SOURCE_TORCH_CUDA_TRACE,
 )
 from harness.cards.model import Card, Kernel
-from harness.cards.rules import RuleSet, classify_metrics, dominant, evidence_of
+from harness.cards.rules import NOT_ENOUGH, RuleSet, classify_metrics, dominant, evidence_of
 
 SOURCE_LABELS: dict[str, str] = {
     SOURCE_NCU: "ncu",
@@ -59,10 +59,17 @@ def class_source(card: Card) -> str:
     return SOURCE_LABELS.get(str(source), str(source))
 
 
+def class_name(card: Card) -> str:
+    """The card's class; without one "none", or NOT_ENOUGH when an estimate could not decide it."""
+    if card.primary is not None:
+        return card.primary
+    return NOT_ENOUGH if (card.primary_rule or "").startswith(NOT_ENOUGH) else "none"
+
+
 def class_label(card: Card) -> str:
     """The class with its source when that is not ncu: "compute_bound (cpu estimate)"; "none" without one."""
     if card.primary is None:
-        return "none"
+        return class_name(card)
     source = class_source(card)
     return card.primary if source == "ncu" else f"{card.primary} ({source})"
 
@@ -149,7 +156,7 @@ def transition(before: Card, after: Card) -> str:
     e.g. "report: compute_bound (ncu, H200); here: compute_bound (cpu estimate, <cpu> on <host>)".
     """
     source_b, source_a = class_source(before), class_source(after)
-    class_b, class_a = before.primary or "none", after.primary or "none"
+    class_b, class_a = class_name(before), class_name(after)
     if source_b == source_a and same_machine(before, after):
         return f"{class_b} -> {class_a}" + ("" if source_b == "ncu" else f" ({source_b})")
     names = ("report" if is_report_card(before) else "before",

@@ -4,11 +4,20 @@ Checked in order, first match wins. Missing (null) metrics are handled the way t
 classifier did, and said out loud: an atom such as `dram_pct >= 60` cannot fire on a null, a list
 such as "sm, tensor, dram and l2 all < 40" is judged on the values that are known (at least one), and
 every null the decision had to step over is listed in the evidence under `missing_inputs`.
+
+A kernel whose metrics are roofline estimates (its `metrics_source` is not a counter source: the CPU
+roofline, the CUDA trace) lacks the counters most rules read (the SM-active ratio, L2, warps). Stepping
+over those nulls the report's way gives a confident class the counters could contradict: on the H200 the
+trace read 842ecd, the report's own kernels at the report's time, as unresolved where ncu reads
+partial_wave_tail. So an estimate gets a class only when every value its nulls could take gives the same
+one (`settled`); otherwise none, and its rule says "estimate: not enough to classify" and why.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
@@ -18,10 +27,14 @@ from harness.cards.fields import (
     DRAM_BANDWIDTH_BOUND,
     L2_BANDWIDTH_BOUND,
     LATENCY_OR_OCCUPANCY_LIMITED,
+    MEASURED_SOURCES,
     PARTIAL_WAVE_TAIL,
     UNRESOLVED,
 )
 from harness.cards.model import Card, Kernel, Report
+
+# The rule text of an estimate the rules cannot classify (harness.cards.labels shows it as the class).
+NOT_ENOUGH = "estimate: not enough to classify"
 
 
 @dataclass(frozen=True)
@@ -219,13 +232,45 @@ def _with_missing(evidence: dict[str, Any], missing: list[str]) -> dict[str, Any
     return evidence
 
 
+# A null input is replaced by each end of its range. Every rule reads each input once, in one direction,
+# combined by and/or only, so whether it fires is monotone in each input: if some value of the nulls makes
+# an earlier rule fire (or the decided one not fire), an end does too, and the ends decide "settled".
+_ENDS = (0.0, math.inf)
+
+
+def possible_classes(metrics: Mapping[str, Any], rules: RuleSet | None = None) -> list[str]:
+    """The classes the rules give at the ends of every null input's range, in rule order (one: settled)."""
+    rules = rules or RuleSet()
+    evidence = evidence_of(metrics)
+    unknown = [key for key, value in evidence.items() if value is None]
+    found = {classify_metrics({**evidence, **dict(zip(unknown, ends))}, rules).classification
+             for ends in itertools.product(_ENDS, repeat=len(unknown))}
+    return [name for name in (*rules.order, UNRESOLVED) if name in found]
+
+
+def is_estimate(kernel: Kernel) -> bool:
+    """Metrics from a roofline estimate (a backend's `metrics_source` that is not a counter source)."""
+    source = kernel.extra.get("metrics_source")
+    return source is not None and source not in MEASURED_SOURCES
+
+
 def classify_kernel(kernel: Kernel, rules: RuleSet | None = None) -> Kernel:
-    """A copy of the kernel with classification, rule and evidence recomputed (damaged: unchanged)."""
+    """A copy of the kernel with classification, rule and evidence recomputed (damaged: unchanged).
+
+    An estimate the nulls could classify otherwise gets no class: its rule says why."""
     out = copy.deepcopy(kernel)
     if kernel.metrics is None:
         return out
     decision = classify_metrics(kernel.metrics, rules)
     out.classification, out.rule, out.evidence = decision.classification, decision.rule, decision.evidence
+    if is_estimate(kernel):
+        possible = possible_classes(kernel.metrics, rules)
+        if len(possible) > 1:
+            unknown = [key for key, value in decision.evidence.items() if value is None]
+            out.classification = None
+            out.rule = (f"{NOT_ENOUGH}: the estimate lacks {', '.join(unknown)}, and the rules' answer turns "
+                        f"on them (it could be {', '.join(possible[:-1])} or {possible[-1]})")
+            out.evidence = {**decision.evidence, "possible_classes": possible}
     return out
 
 
@@ -267,7 +312,8 @@ def classify_card(card: Card, rules: RuleSet | None = None) -> Card:
         out.status = "unresolved"
     elif top is None or top.classification is None:
         out.dominant_kernel = top.name if top else None
-        out.primary = out.primary_rule = None
+        out.primary = None
+        out.primary_rule = top.rule if top is not None and is_estimate(top) else None  # why no class
         text = CLASS_TEXT[UNRESOLVED]
         out.status = "unresolved"
     else:

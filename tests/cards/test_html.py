@@ -95,7 +95,7 @@ def test_run_page_has_a_section_per_card_with_plots_and_facts(run_dir: Path, run
     assert "Parameter importances" in page
     d = diff["cards"][0]
     assert d["timing_verdict"] in page and d["verdict"] in page
-    assert f"{d['class_before']} -&gt; {d['class_after']}" in page
+    assert html.escape(d["class_transition"]) in page and " -> " in d["class_transition"]  # one source, one machine
     assert "max_rel" in page  # the best card's correctness record
     for family in d["kernels_removed"]:
         assert re.search(rf'<tr class="removed"><td><code>{re.escape(family)}</code>', page), family
