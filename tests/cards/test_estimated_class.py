@@ -49,7 +49,8 @@ def test_the_h200_trace_estimate_of_842ecd_gets_no_confident_class(traced, seed_
         f"report: partial_wave_tail (ncu, H200); here: {NOT_ENOUGH} (trace estimate, NVIDIA H200 on vm)")
 
 
-@pytest.mark.parametrize("card_id", ["dit-480-linear-m4680n5120k5120-8f26a7", "attention-480-fa3-self-4680of29640-b97006"])
+@pytest.mark.parametrize("card_id", ["dit-480-linear-m4680n5120k5120-8f26a7",
+                                     "attention-480-fa3-self-4680of29640-b97006"])
 def test_a_settled_estimate_keeps_its_class_labelled_and_not_matched_to_the_reports(traced, seed_report, card_id):
     # sm_pct >= 60 (73.7 and 63.2, estimated against the fp32 peak) fires compute_bound whatever the nulls are.
     here = classify_card(traced[card_id])
