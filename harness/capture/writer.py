@@ -48,8 +48,8 @@ def group_text(group: Group) -> str:
     """The report's `group` form, `stage:op:...`, naming every field the grouping keys on (CallShape.key), so
     that two groups never share it, nor the card id derived from it: a modelled op by all its shape parameters
     (its dtype included) and the layout of each tensor that is not contiguous; a replayed call as the call
-    itself, each tensor by its name, shape, dtype and layout (`arg1:1x16x1x8x8 float32 strided`), scalars and keyword
-    arguments as given, and which tensors are the model's parameters or buffers."""
+    itself, each tensor by its name, shape, dtype and layout (`arg1:1x16x1x8x8 float32 strided(2048,128,64,8,1)`),
+    scalars and keyword arguments as given, and which tensors are the model's parameters or buffers."""
     shape = group.shape
     if shape.op_kind == REPLAY:
         return f"{group.stage}:{shape.op}:{_call_text(shape.shape_parameters)}"
@@ -68,6 +68,8 @@ def _call_text(params: dict[str, Any]) -> str:
         if isinstance(value, dict) and set(value) == {"tensor"}:
             desc = tensors.get(value["tensor"], {})
             layout = "" if desc.get("layout") == "contiguous" else f" {desc.get('layout')}"
+            if desc.get("strides"):  # a strided tensor groups by its strides (a slice is not a transpose)
+                layout += "(" + ",".join(str(v) for v in desc["strides"]) + ")"
             dims = "x".join(str(d) for d in desc.get("shape", [])) or "scalar"
             return f"{value['tensor']}:{dims} {desc.get('dtype')}{layout}"  # the name: x * x is not x * y
         if isinstance(value, dict) and set(value) == {"tuple"}:
