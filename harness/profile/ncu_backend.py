@@ -18,7 +18,8 @@ at exit, kills the waiting one. Each profile records what its trial cost (`ncu_c
 ahead, its wall time from the handoff, the child's phases, ncu's passes per kernel; docs/ncu-cost.md).
 
 Before the first trial the metric list is checked against the chip (`profiler.available_metrics`:
-`auto` asks `ncu --query-metrics`, a path reads a saved answer, null checks nothing): a metric the
+`auto` asks `ncu --query-metrics` once per GPU, driver and ncu, and reads that answer back from the cache in
+later starts (harness.profile.ncu.metric_cache); a path reads a saved answer, null checks nothing): a metric the
 chip lacks would fail every trial, so it is swapped for an alternative or dropped, with a note on
 every profile. With `profiler.keep_dir` each trial keeps its spec, phase record and report in a folder of
 its own, `<keep_dir>/<card id>/<NNN>_<role>_<variant>/`, numbered in the order they ran (a session waits in
@@ -44,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
 from harness.cards.fields import SOURCE_NCU
 from harness.profile.base import Profile, ProfilerUnavailable, WorkloadFacts
 from harness.profile.gpu_peaks import for_current_device
+from harness.profile.ncu import metric_cache
 from harness.profile.ncu.command import (
     CacheControl,
     ClockControl,
@@ -55,6 +57,7 @@ from harness.profile.ncu.command import (
 from harness.profile.ncu.failures import NcuFailure
 from harness.profile.ncu.importer import cards_from_ncu, kernel_notes
 from harness.profile.ncu.metrics import (
+    SENTINEL_METRIC,
     MetricPlan,
     metrics_for,
     parse_query_metrics,
@@ -89,13 +92,19 @@ def query_command(ncu: str) -> list[str]:
 
 def chip_metrics(setting: Any, ncu: str) -> tuple[set[str] | None, str, str | None]:
     """(the chip's metric names or None, where they came from, a note when they could not be had)
-    for `profiler.available_metrics`: null/false (not checked), "auto" (ask ncu), or a file path (a
+    for `profiler.available_metrics`: null/false (not checked), "auto" (ask ncu, or read its answer back from
+    the cache: harness.profile.ncu.metric_cache), or a file path (a
     saved `ncu --query-metrics --query-metrics-mode all`, or one name a line)."""
     if setting in (None, False, "", "none", "null"):
         return None, "not checked", None
     if str(setting) == "auto":
         if ncu not in _QUERIED:
             source = "ncu --query-metrics"
+            key = metric_cache.cache_key(ncu, ncu_version(ncu))
+            cached = metric_cache.load(key) if key else None
+            if key and cached and SENTINEL_METRIC in cached:
+                _QUERIED[ncu] = (cached, f"{source} (cached: {metric_cache.cache_file(key)})", None)
+                return _QUERIED[ncu]
             try:
                 result = run_command(query_command(ncu), QUERY_DEADLINE_S)
             except OSError as exc:
@@ -110,7 +119,10 @@ def chip_metrics(setting: Any, ncu: str) -> tuple[set[str] | None, str, str | No
                            else f"exit {result.returncode}")
                     _QUERIED[ncu] = (None, source, f"metric list not checked: {source} failed ({how}: {last.strip()})")
                 else:
-                    _QUERIED[ncu] = (parse_query_metrics(result.stdout), source, None)
+                    names = parse_query_metrics(result.stdout)
+                    if key and SENTINEL_METRIC in names:  # what resolve_metrics trusts is what is kept
+                        metric_cache.store(key, names)
+                    _QUERIED[ncu] = (names, source, None)
         return _QUERIED[ncu]
     path = Path(str(setting))
     try:
