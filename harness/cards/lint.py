@@ -41,7 +41,7 @@ from harness.cards.fields import MEASURED_SOURCES, METRIC_FIELDS, UNRESOLVED
 from harness.cards.findings import REPORT_LEVEL, Correction, Finding
 from harness.cards.kernel_names import damaged_stem, is_merged_name
 from harness.cards.model import ID_RENAMED, Card, Kernel, Report
-from harness.cards.rules import CLASS_TEXT, class_counts, classify_metrics
+from harness.cards.rules import CLASS_TEXT, NOT_ENOUGH, class_counts, classify_metrics
 from harness.cards.units import (
     SCALE_FACTORS,
     Calibration,
@@ -114,7 +114,8 @@ def _card_fields(card: Card, out: Card, notes: _Notes) -> None:
             notes.find(None, "null_field", f"{name} is null", name)
     if not card.shape_parameters:
         notes.find(None, "null_field", "shape_parameters is empty: the op's shape was lost", "shape_parameters")
-    if card.primary is None:
+    # An estimate the rules could not settle has no class by design, and says why in primary_rule.
+    if card.primary is None and not (card.primary_rule or "").startswith(NOT_ENOUGH):
         notes.find(None, "primary_missing", f"card has no primary class (status {card.status!r})", "primary")
 
 

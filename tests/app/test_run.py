@@ -9,6 +9,7 @@ import optuna
 import pytest
 
 from harness.cards.model import load_report
+from harness.cards.rules import NOT_ENOUGH
 from harness.trial import torch_state
 
 TINY = ["workload.cpu_scale=0.08", "timing.budget_s=0.05", "timing.drift_budget_s=0.02", "timing.confirm_rounds=1"]
@@ -36,7 +37,8 @@ def test_channels_last_end_to_end(tmp_path):
     assert card.extra["memory"]["peak_bytes"] >= 0
     assert card.extra["metrics_source"] == "cpu_roofline_estimate"
     assert card.extra["torch_state"] == {**card.extra["torch_state"], **torch_state.PINNED}  # as pinned
-    assert card.kernels and card.primary is not None
+    # A CPU roofline estimate has sm_pct and dram_pct only: a class when they settle it, else it says why not.
+    assert card.kernels and (card.primary is not None or card.primary_rule.startswith(NOT_ENOUGH))
     diff = json.loads((tmp_path / "diff.json").read_text())["cards"][0]
     assert diff["speedup"] > 0 and diff["verdict"] in {"yes", "no", "not measurable"}
     trials = sorted((tmp_path / "trials" / card.id).glob("trial_*.json"))

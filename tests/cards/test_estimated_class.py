@@ -20,7 +20,8 @@ from harness.cards.fields import (
     UNRESOLVED,
 )
 from harness.cards.labels import class_label, class_name, transition
-from harness.cards.model import Card, Kernel, load_report
+from harness.cards.lint import lint_report
+from harness.cards.model import Card, Kernel, Report, load_report
 from harness.cards.rules import NOT_ENOUGH, classify_card, classify_kernel, possible_classes
 
 H200_TRACE = Path(__file__).resolve().parents[1] / "fixtures" / "h200_2026-12-04" / "reproduction_trace.json"
@@ -87,3 +88,12 @@ def test_planted_estimates_the_nulls_cannot_change(metrics, expected):
     assert possible_classes(metrics) == [expected]
     assert classify_kernel(_kernel("cpu_roofline_estimate", **metrics)).classification == expected
     assert classify_kernel(_kernel(None, **metrics)).classification == expected
+
+
+def test_lint_does_not_call_an_unsettled_estimate_a_missing_class(traced):
+    here = classify_card(traced[CONV])
+    codes = {f.code for f in lint_report(Report(cards=[here])).findings}
+    assert "primary_missing" not in codes
+    lost = classify_card(traced[CONV])
+    lost.primary_rule = None  # no class and no reason: still a finding
+    assert "primary_missing" in {f.code for f in lint_report(Report(cards=[lost])).findings}
