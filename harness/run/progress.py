@@ -133,7 +133,9 @@ class RunProgress:
     def open(self) -> RunProgress:
         """A tqdm bar over the run's trials on a terminal; log lines otherwise."""
         if sys.stderr.isatty() and self.trials:
-            self._bar = tqdm(total=self.trials, unit="trial", leave=False, dynamic_ncols=True)
+            # tqdm's own remaining time counts trials only; the postfix is this ETA, cards' costs included.
+            self._bar = tqdm(total=self.trials, unit="trial", leave=False, dynamic_ncols=True,
+                             bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} trials{postfix}")
         return self
 
     def close(self) -> None:
