@@ -34,12 +34,12 @@ def test_the_newest_run_on_this_device_gives_the_costs(tmp_path: Path):
 
 def test_the_plan_is_its_cards_trials_and_cards_at_those_costs(tmp_path: Path):
     _run(tmp_path, "new", 3.0, 7.0, HERE, age_s=0)
-    # 2 experiments: 3 cards x 4 trials and 1 card x 0 trials; a harness start of 4 s on a CPU
+    # 2 experiments: 3 cards x 4 trials and 1 card x 0 trials; a harness start of 3 s on a CPU
     line = estimate_line({"a": (3, 4), "b": (1, 0)}, "cpu", "cpu", [tmp_path], HERE)
-    seconds = 4.0 + 3 * (4 * 3.0 + 7.0) + 1 * 7.0  # 68 s
-    assert line.startswith("Estimated wall time on this device (cpu, profiler cpu): about 1 min 08 s: "
+    seconds = 3.0 + 3 * (4 * 3.0 + 7.0) + 1 * 7.0  # 67 s
+    assert line.startswith("Estimated wall time on this device (cpu, profiler cpu): about 1 min 07 s: "
                            "12 trials at 3.0 s and 4 cards at 7.0 s"), line
-    assert seconds == 68.0
+    assert seconds == 67.0
 
 
 def test_under_ncu_each_baseline_and_trial_is_an_ncu_trial():
