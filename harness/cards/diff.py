@@ -21,9 +21,10 @@ from harness.cards.card_check import CardCheck, judge_card_check
 from harness.cards.checks import CHECK_FOR_CLASS, check_named
 from harness.cards.diff_markdown import adoption_text, render_markdown, speedup_text, verdict_text
 from harness.cards.diff_sides import variant_of
+from harness.cards.dtype import DEFAULT as DEFAULT_DTYPE
 from harness.cards.fields import UNRESOLVED
 from harness.cards.kernel_families import family_sums
-from harness.cards.labels import class_source, flag_over_peak, transition
+from harness.cards.labels import REPORT_DEVICE, class_source, flag_over_peak, transition
 from harness.cards.layout_conversions import layout_conversions
 from harness.cards.measures import (
     KERNEL_SUM_PER_CALL_BASIS,
@@ -38,6 +39,7 @@ from harness.cards.measures import (
 )
 from harness.cards.model import Card, Report
 from harness.cards.noise import DEFAULT_THRESHOLD
+from harness.cards.reproduce import Reproduction, reproduce_card
 from harness.cards.time_verdict import VERDICT_RULE_TEXT, confirmation_between, judge_time
 
 # The diff's own names, and those the run (harness.run.execute, harness.report.outputs, harness.run.card_search)
@@ -120,15 +122,33 @@ def _fairness(before: Card, after: Card) -> tuple[bool, str]:
     if not isinstance(eb, dict) and not isinstance(ea, dict):
         return True, "environment not recorded on either side"
     if not isinstance(eb, dict) or not isinstance(ea, dict):
-        # The report's own cards carry no environment: its GPU is not this machine.
-        return False, ("not a fair comparison: only one side records its machine (a report card vs a "
-                       "re-profile); times are comparable only when re-profiled on the report's GPU")
+        # The report's own cards carry no environment: they were profiled on the report's GPU.
+        report_card, measured = (before, after) if not isinstance(eb, dict) else (after, before)
+        return _fairness_to_report(report_card, measured)
     keys = ("device_name", "device_kind", "hostname")
     differ = [k for k in keys if eb.get(k) != ea.get(k)]
     if differ:
         what = ", ".join(f"{k}: {eb.get(k)!r} vs {ea.get(k)!r}" for k in differ)
         return False, f"not a fair comparison: measured on different machines ({what})"
     return True, "same machine"
+
+
+def _fairness_to_report(report_card: Card, measured: Card) -> tuple[bool, str]:
+    """A report card against a re-profile: fair on the report's GPU class, running the report's kernels, in
+    a dtype the card evidences; otherwise each of those that differs is named."""
+    found = reproduce_card(measured, report_card, REPORT_DEVICE)
+    workload = measured.extra.get("workload") or {}
+    differ = []
+    if found.verdict is Reproduction.NOT_COMPARABLE and found.device_here:
+        differ.append(f"device: the report's {REPORT_DEVICE} vs {found.device_here}")
+    if found.verdict is Reproduction.OTHER_KERNELS:
+        differ.append(f"kernels: the report ran {', '.join(found.families_report)}, here "
+                      f"{', '.join(found.families_here)}")
+    if workload.get("dtype_source") == DEFAULT_DTYPE:
+        differ.append(f"dtype: {workload.get('dtype')} is the experiment's guess, not the report's evidence")
+    if differ:
+        return False, "not a fair comparison: " + "; ".join(differ)
+    return True, f"the report's GPU class ({REPORT_DEVICE}), its kernels, its dtype ({workload.get('dtype')})"
 
 
 def diff_cards(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from harness.cards.model import PRECISION_KEY
 from harness.errors import HarnessError
@@ -70,10 +70,10 @@ class CardDtype:
     def from_dict(cls, values: Mapping[str, Any]) -> CardDtype:
         return cls(str(values["dtype"]), str(values["source"]), str(values["math"]), str(values.get("evidence", "")))
 
-    def line(self) -> str:
-        """'bfloat16 (report: DiT linears run bf16 weights)', for plan.md and summary.md."""
+    def line(self, why: bool = True) -> str:
+        """'float32, tf32 math (report: the Wan VAE decodes in fp32 ...)'; without `why`, the source alone."""
         math = f", {self.math} math" if self.dtype == "float32" else ""
-        return f"{self.dtype}{math} ({self.source}: {self.evidence})"
+        return f"{self.dtype}{math} ({self.source}: {self.evidence})" if why else f"{self.dtype}{math} ({self.source})"
 
 
 def dtype_name(text: str, where: str) -> str:
@@ -166,7 +166,7 @@ def declared_rules(report_extra: Mapping[str, Any]) -> list[Declared]:
 
 
 def decide(*, stage: str, op: str, op_kind: str, kernel_names: list[str], shape_parameters: Mapping[str, Any],
-           applied: list[Mapping[str, Any]], override: str | None, declared: list[Declared],
+           applied: Sequence[Mapping[str, Any]], override: str | None, declared: list[Declared],
            experiment_dtype: str) -> CardDtype:
     """The card's dtype and math mode from the strongest evidence (the module's docstring gives the order)."""
     if applied and applied[0].get("workload_dtype"):
@@ -196,7 +196,7 @@ def decide(*, stage: str, op: str, op_kind: str, kernel_names: list[str], shape_
                      "nothing on the card says; set workload.dtype for it (with cards= for these cards)")
 
 
-def card_dtype(card: Any, *, applied: list[Mapping[str, Any]], override: str | None, declared: list[Declared],
+def card_dtype(card: Any, *, applied: Sequence[Mapping[str, Any]], override: str | None, declared: list[Declared],
                experiment_dtype: str) -> CardDtype:
     """`decide` for a harness.cards.model.Card, its dominant kernel's name first."""
     names = [k.name for k in card.kernels if k.name]

@@ -311,7 +311,20 @@ def _run_intro(run_dir: Path, files: RunFiles, experiment: str | None) -> str:
         facts.append([esc(name), Num(esc(fmt(value, 2)))])
     env_rows = [[esc(k), esc(v)] for k, v in env.items()]
     details = f"<details><summary>environment</summary>{html_table(['key', 'value'], env_rows)}</details>"
-    return html_table(["run", ""], facts) + (details if env_rows else "")
+    return _reproduction_html(files.reproduction) + html_table(["run", ""], facts) + (details if env_rows else "")
+
+
+def _reproduction_html(reproduction: dict[str, Any]) -> str:
+    """The baselines' reproduction verdicts against the report (harness.cards.reproduce), first on the page."""
+    cards = reproduction.get("cards") or []
+    if not cards:
+        return ""
+    rows = [[f"<code>{esc(c['card'])}</code>", f"<b>{esc(c['verdict'])}</b>", Num(esc(fmt(c.get('time_ratio'), 2))),
+             esc(", ".join(c.get("families_report") or [])), esc(", ".join(c.get("families_here") or [])),
+             esc(c.get("dtype_here") or ""), esc(c.get("reason") or "")] for c in cards]
+    return (f"<h2>Reproduction of the report ({esc(reproduction.get('report_device') or '')})</h2>"
+            + html_table(["card", "verdict", "time x report", "report's kernels", "kernels here", "built in", "why"],
+                         rows))
 
 
 def render_run_html(run_dir: Path) -> str:

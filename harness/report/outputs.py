@@ -19,10 +19,12 @@ from harness.cards.diff import (
     speedup_text,
     verdict_text,
 )
+from harness.cards.dtype import DEFAULT as DEFAULT_DTYPE
 from harness.cards.labels import transition
 from harness.cards.measured import experiment_evidence, facts_not_in_tables
 from harness.cards.measures import TIMING_BASIS
 from harness.cards.model import Card, Report, renamed_id_lines, save_report, write_json_atomic, write_text_atomic
+from harness.cards.reproduce import CardReproduction, Reproduction, headline, reproduce
 from harness.cards.rules import RuleSet, class_counts, rules_text
 from harness.config.schema import experiment_of
 from harness.descriptions import ExperimentFacts
@@ -32,6 +34,7 @@ from harness.report.recipe import render_recipe
 from harness.run.state import CardOutcome, RunContext, baseline_only, same_band
 
 log = logging.getLogger("harness")
+REPRODUCTION_FILE = "reproduction.json"  # the baselines' reproduce verdicts, on a GPU (report.html reads it)
 
 
 def _report(cards: list[Card], rules: RuleSet, scope: str) -> Report:
@@ -80,8 +83,38 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
                 render_markdown(reproduction, "Baseline reproduction: the report's card vs the baseline "
                                 "re-profiled here (at the recorded workload scale)"))
     write_text_atomic(ctx.run_dir / "diff.md", render_markdown(diff, title))
-    write_text_atomic(ctx.run_dir / "summary.md", render_summary(ctx, outcomes, diffs))
+    reproduced = reproduction_of(ctx, outcomes)
+    if reproduced is not None:
+        write_json_atomic(ctx.run_dir / REPRODUCTION_FILE, {"report_device": ctx.cfg.report_device,
+                                                            "cards": [r.as_dict() for r in reproduced]})
+    write_text_atomic(ctx.run_dir / "summary.md", render_summary(ctx, outcomes, diffs, reproduced))
     return diff
+
+
+def reproduction_of(ctx: RunContext, outcomes: list[CardOutcome]) -> list[CardReproduction] | None:
+    """Each baseline's reproduction verdict against its report card, on a GPU (None elsewhere: only estimates)."""
+    if not ctx.device.startswith("cuda"):
+        return None
+    return reproduce(Report(cards=[o.baseline for o in outcomes]), ctx.report, ctx.cfg.report_device)
+
+
+def _reproduction_lines(reproduced: list[CardReproduction] | None) -> list[str]:
+    if reproduced is None:
+        return []
+    return [f"Reproduction of the report (`python -m harness.cards reproduce`; {REPRODUCTION_FILE}):", "",
+            *[f"- {r.line()}" for r in reproduced], ""]
+
+
+def _dtype_lines(outcomes: list[CardOutcome]) -> list[str]:
+    """Where a card's dtype is the experiment's guess, say so and how to set it (harness.cards.dtype)."""
+    lines = []
+    for o in outcomes:
+        workload = o.baseline.extra.get("workload") or {}
+        if workload.get("dtype_source") == DEFAULT_DTYPE:
+            lines.append(f"Dtype guessed: `{o.card_id}` was built in {workload.get('dtype')}, the experiment's "
+                         "default: nothing on the card says what its model ran in; set `workload.dtype` "
+                         f"(with cards=[{o.card_id}]) or declare it beside the report (<report>.declared.json)")
+    return [*lines, ""] if lines else []
 
 
 def write_page(run_dir: Path) -> None:
@@ -92,14 +125,16 @@ def write_page(run_dir: Path) -> None:
         log.warning("report.html not written: %s: %s", type(exc).__name__, exc)
 
 
-def card_results(experiment: ExperimentFacts, outcomes: list[CardOutcome], diffs: list[CardDiff]) -> list[CardResult]:
-    """The run's findings per report card, for the end-to-end view (baseline-only runs find no speedup)."""
+def card_results(experiment: ExperimentFacts, outcomes: list[CardOutcome], diffs: list[CardDiff],
+                 other_kernels: set[str] | None = None) -> list[CardResult]:
+    """The run's findings per report card, for the end-to-end view (baseline-only runs find no speedup);
+    `other_kernels`: cards whose baseline ran other kernels than the report's, from which nothing is projected."""
     by_card = {d.card: d for d in diffs}
     return [
         CardResult(card=o.report_card, experiment=experiment.name,
                    variant="baseline only" if baseline_only(experiment) else _variant_label(o),
                    diff=None if baseline_only(experiment) else by_card.get(o.card_id),
-                   measured=o.baseline)
+                   measured=o.baseline, other_kernels=o.card_id in (other_kernels or set()))
         for o in outcomes
     ]
 
@@ -126,14 +161,17 @@ def _evidence_lines(label: str, card: Card) -> list[str]:
     return lines
 
 
-def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[CardDiff]) -> str:
+def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[CardDiff],
+                   reproduced: list[CardReproduction] | None = None) -> str:
     by_card = {d.card: d for d in diffs}
     nothing_searched = baseline_only(ctx.experiment)
     # Why the run's profiler is not the one asked for (profiler=auto falling back from ncu), from run.py.
     fallback = [f"Profiler note: {note}" for note in ctx.environment.get("profiler_notes") or []]
-    lines = [f"# {ctx.experiment.name}", "", f"Hypothesis: {ctx.experiment.hypothesis}", "",
+    other = headline(reproduced or [])
+    lines = [f"# {ctx.experiment.name}", "", *([f"**{other}**", ""] if other else []),
+             f"Hypothesis: {ctx.experiment.hypothesis}", "",
              f"Device: {ctx.environment.get('device_name')} ({ctx.device}); profiler: {ctx.profiler}", "",
-             *fallback, *([""] if fallback else []),
+             *fallback, *([""] if fallback else []), *_reproduction_lines(reproduced), *_dtype_lines(outcomes),
              f"Baseline us and variant us: {TIMING_BASIS} of the op (a batched variant's median is divided by "
              "its calls), from the paired confirm rounds when there were any. The profiler's kernel-duration sums "
              "are another quantity: diff.md and report.html give them, labelled per invocation. A variant is "
@@ -188,8 +226,9 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
     lines += ["", f"Metrics source: {', '.join(sorted(str(s) for s in metrics_source))} "
               "(estimated metrics are roofline estimates, not counters).", ""]
     scales = sorted({str((o.baseline.extra.get("workload") or {}).get("scale")) for o in outcomes})
+    other_kernels = {r.card for r in reproduced or [] if r.verdict is Reproduction.OTHER_KERNELS}
     lines.append(render_end_to_end(
-        ctx.report, card_results(ctx.experiment, outcomes, diffs),
+        ctx.report, card_results(ctx.experiment, outcomes, diffs, other_kernels),
         measured_on=f"{ctx.environment.get('device_name')} ({ctx.device}) at workload scale {', '.join(scales)}",
         report_device=ctx.cfg.report_device))
     return "\n".join(lines) + "\n"

@@ -32,6 +32,7 @@ class CardResult:
     variant: str | None
     diff: CardDiff | None  # baseline vs the best variant tried; None when no variant was feasible
     measured: Card | None = None  # the re-profiled baseline: where and at what scale it was measured
+    other_kernels: bool = False  # its baseline ran other kernels than the report's (harness.cards.reproduce)
 
     @property
     def win(self) -> float | None:
@@ -50,6 +51,8 @@ class CardResult:
             return False, f"measured on {device or 'an unknown device'}, not the report's {report_device}"
         if scale != 1 and scale != 1.0:
             return False, f"measured at workload scale {scale}, not 1"
+        if self.other_kernels:
+            return False, "its baseline ran other kernels than the report's (OTHER_KERNELS): another op"
         return True, ""
 
 

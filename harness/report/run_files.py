@@ -24,6 +24,7 @@ class RunFiles:
     run: dict[str, Any]  # run.json ({} when absent)
     storage: str | None  # the Optuna storage URL, None when the run has none
     summary: str | None  # summary.md
+    reproduction: dict[str, Any]  # reproduction.json: the baselines' reproduce verdicts, on a GPU ({} elsewhere)
 
 
 def read_run_files(run_dir: Path) -> RunFiles:
@@ -38,7 +39,8 @@ def read_run_files(run_dir: Path) -> RunFiles:
         summary: str | None = (run_dir / "summary.md").read_text(encoding="utf-8")
     except OSError:
         summary = None
-    return RunFiles(baseline, tried, _read_json(run_dir / "diff.json"), run, _storage_url(run_dir, run), summary)
+    return RunFiles(baseline, tried, _read_json(run_dir / "diff.json"), run, _storage_url(run_dir, run), summary,
+                    _read_json(run_dir / "reproduction.json"))
 
 
 def _read_json(path: Path) -> dict[str, Any]:

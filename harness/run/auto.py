@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from harness.cards.dtype import CardDtype, DtypeError, card_dtype, declared_rules
 from harness.cards.fields import UNRESOLVED
 from harness.cards.ids import CHUNK_OP_KINDS
 from harness.cards.lint import lint_report
@@ -26,10 +27,12 @@ from harness.cards.model import (
     write_json_atomic,
     write_text_atomic,
 )
+from harness.cards.reproduce import Reproduction
 from harness.cards.rules import classify_report
 from harness.config.schema import AUTO, ExperimentConfig, HarnessConfig, experiment_of
 from harness.descriptions import DescribeJob, Description, ExperimentFacts
 from harness.report.html import render_index_html
+from harness.report.outputs import reproduction_of
 from harness.report.overview import CardResult, render_end_to_end
 from harness.run.estimate import plan_estimate
 from harness.run.execute import RunError, card_results, describe, execute, rules_of, with_report_cards
@@ -173,7 +176,8 @@ def _sub_runs(run_dir: Path, configs: Mapping[str, HarnessConfig], plan: AutoPla
         if not chunk and (run_dir / name / "diff.json").exists():
             op_runs.append(str(run_dir / name / "diff.json"))
         diffs = ctx.diff.cards if ctx.diff is not None else []
-        results += card_results(ctx.experiment, outcomes, diffs)
+        other = {r.card for r in reproduction_of(ctx, outcomes) or [] if r.verdict is Reproduction.OTHER_KERNELS}
+        results += card_results(ctx.experiment, outcomes, diffs, other)
         measured_on = f"{ctx.environment.get('device_name')} ({ctx.device})"
         sections.append(f"- [{name}]({name}/report.html) ([summary.md]({name}/summary.md)): {len(outcomes)} card(s): "
                         + ", ".join(f"`{o.card_id}`" for o in outcomes))
@@ -228,15 +232,27 @@ def plan_entries(report: Report, experiments: Mapping[str, ExperimentFacts], sel
     chosen = {card.id for card in selected}
     entries = []
     for card in report.cards:
+        names = [name for name, cards in every.by_experiment.items() if card in cards]
         entry = {"card": card.id, "class": card.primary, "proposal": card.counter_experiment,
-                 "experiments": [name for name, cards in every.by_experiment.items() if card in cards],
-                 "selected": card.id in chosen, "reason": every.unmatched.get(card.id)}
+                 "experiments": names, "selected": card.id in chosen, "reason": every.unmatched.get(card.id),
+                 "dtype": _planned_dtype(report, card, [experiments[n] for n in names]).to_dict()}
         if card.op_kind in CHUNK_OP_KINDS:
             entry.update(chunk=True, contains=list(card.extra.get("contains") or []))
         if (why := unavailable.get(card.op_kind)) is not None:
             entry["unavailable"] = why  # this install cannot build its workload: it is never selected here
         entries.append(entry)
     return entries
+
+
+def _planned_dtype(report: Report, card: Card, planned: list[ExperimentFacts]) -> CardDtype:
+    """What the card will be built in (harness.cards.dtype): the first planned experiment's default, if it comes to
+    that (the chunk experiments' and a replayed op's own dtype, when nothing on the card says)."""
+    fallback = planned[0].workload_dtype if planned else "float32"
+    try:
+        return card_dtype(card, applied=[], override=None, declared=declared_rules(report.extra),
+                          experiment_dtype=fallback)
+    except DtypeError as exc:
+        raise RunError(str(exc)) from None
 
 
 def write_plan(report: Report, experiments: Mapping[str, ExperimentFacts], selected: list[Card], run_dir: Path,
@@ -258,11 +274,12 @@ def write_plan(report: Report, experiments: Mapping[str, ExperimentFacts], selec
              "are selected by this run's `cards=` (run them without `auto.plan_only=true`). Nothing was measured.", "",
              *([estimate, ""] if estimate else []),
              *left_out, *([""] if left_out else []),
-             "| card | class | proposal | experiments | selected |", "|---|---|---|---|---|"]
+             "| card | class | proposal | built in (why) | experiments | selected |", "|---|---|---|---|---|---|"]
     for e in entries:
         names = ", ".join(e["experiments"]) or f"none: {e['reason']}"
         kind = "chunk" if e.get("chunk") else (e["class"] or "no class")
-        lines.append(f"| `{e['card']}` | {kind} | {e['proposal'] or ''} | {names} | "
+        lines.append(f"| `{e['card']}` | {kind} | {e['proposal'] or ''} | {CardDtype.from_dict(e['dtype']).line(why=False)} | "
+                     f"{names} | "
                      f"{'yes' if e['selected'] else 'no'} |")
     text = "\n".join(lines) + "\n"
     write_text_atomic(run_dir / "plan.md", text)

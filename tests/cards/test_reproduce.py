@@ -99,3 +99,40 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert main(["reproduce", str(tmp_path / "missing.json")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_a_gpu_run_page_leads_with_the_verdicts_and_projects_nothing_from_other_kernels(tmp_path):
+    from harness.cards.model import save_report
+    from harness.report.html import render_run_html
+    from harness.report.overview import CardResult
+
+    measured = load_report(H200 / "reprofile_ncu.json")
+    save_report(measured, tmp_path / "baseline.json")
+    results = reproduce(measured, load_report())
+    (tmp_path / "reproduction.json").write_text(json.dumps({"report_device": "H200",
+                                                            "cards": [r.as_dict() for r in results]}))
+    page = render_run_html(tmp_path)
+    head = page[:page.index("<h2>Reproduction") + 3000]
+    assert "Reproduction of the report (H200)" in head
+    assert head.count("OTHER_KERNELS") == 2 and head.count("REPRODUCED") == 2
+    linear = measured.card("dit-480-linear-m3n5120k256-ff7b7c")
+    report_card = load_report().card(linear.id)
+    linear.extra["workload"]["scale"] = 1.0
+    on_h200 = CardResult(card=report_card, experiment="reprofile", variant=None, diff=None, measured=linear)
+    assert on_h200.projectable("H200") == (True, "")
+    other = CardResult(card=report_card, experiment="reprofile", variant=None, diff=None, measured=linear,
+                       other_kernels=True)
+    assert other.projectable("H200")[0] is False and "OTHER_KERNELS" in other.projectable("H200")[1]
+
+
+def test_the_fairness_note_names_what_differs_never_a_missing_machine():
+    from harness.cards.diff import diff_cards
+
+    report = load_report()
+    measured = load_report(H200 / "reprofile_ncu.json")
+    linear = measured.card("dit-480-linear-m3n5120k256-ff7b7c")
+    d = diff_cards(report.card(linear.id), linear, check="effective_flops")
+    assert not d.fair and "kernels: the report ran nvjet, here gemmSN_TN_kernel" in d.fairness_note
+    conv = measured.card("vae-480-conv3d-16to16k111t3-9507c7")
+    d = diff_cards(report.card(conv.id), conv, check="effective_flops")
+    assert d.fair and "H200" in d.fairness_note and "only one side records" not in d.fairness_note
