@@ -278,8 +278,8 @@ def write_plan(report: Report, experiments: Mapping[str, ExperimentFacts], selec
     for e in entries:
         names = ", ".join(e["experiments"]) or f"none: {e['reason']}"
         kind = "chunk" if e.get("chunk") else (e["class"] or "no class")
-        lines.append(f"| `{e['card']}` | {kind} | {e['proposal'] or ''} | {CardDtype.from_dict(e['dtype']).line(why=False)} | "
-                     f"{names} | "
+        built_in = CardDtype.from_dict(e["dtype"]).line(why=False)
+        lines.append(f"| `{e['card']}` | {kind} | {e['proposal'] or ''} | {built_in} | {names} | "
                      f"{'yes' if e['selected'] else 'no'} |")
     text = "\n".join(lines) + "\n"
     write_text_atomic(run_dir / "plan.md", text)
