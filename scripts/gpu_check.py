@@ -625,6 +625,11 @@ def _ncu_costs(folder: Path) -> dict[str, Any]:
     return found
 
 
+def class_text(here: str | None, source: str | None, report: str | None) -> str:
+    """A class with where it came from beside the report's (read by ncu): an estimate's is another claim."""
+    return f"{here or 'no class'} ({source or 'source unrecorded'}; the report's {report or 'none'}, by ncu)"
+
+
 def finished_text(runs: dict[str, dict[str, Any]]) -> str:
     """One line over scan_run's findings: the cards finished, then those with only their baseline measured
     (the first H200 run said "2 card(s) finished" of two runs whose run.json finished none), each with its
@@ -637,7 +642,7 @@ def finished_text(runs: dict[str, dict[str, Any]]) -> str:
             here, report = entry["here_us"], entry["report_us"]
             if here is not None:
                 text += f" {here:.1f} us" + (f" ({here / report:.2f}x report)" if report else "")
-            text += f", {entry['class']} (report {entry['report_class']})"
+            text += ", " + class_text(entry["class"], entry["source"], entry["report_class"])
             if entry["trials"]:
                 text += f", {len(entry['trials'])} trial(s)"
             verdict = entry.get("verdict")
@@ -1095,7 +1100,7 @@ def _reprofile_headline(run_dir: Path) -> tuple[str, dict[str, Any]]:
                          "source": sources.get(card)}
         text = (f"{_short(card)} {after:.1f} us" + (f" ({ratio:.2f}x report)" if ratio else "")
                 if after is not None else f"{_short(card)} n/a")
-        parts.append(f"{text}, {row.get('class_after')} (report {row.get('class_before')})")
+        parts.append(f"{text}, {class_text(row.get('class_after'), sources.get(card), row.get('class_before'))}")
     measured = sum(1 for v in numbers.values() if v["here_us"] is not None)
     source = ", ".join(sorted({str(s) for s in sources.values()}))
     return f"{measured}/{len(numbers)} cards measured ({source}): " + "; ".join(parts), numbers

@@ -356,7 +356,7 @@ def test_finished_trials_and_tests_are_read_back(tmp_path: Path) -> None:
     assert entry["here_us"] == 100.0 and entry["trials"] == {"0000_cublaslt": 40.0} and entry["finished"] is True
     assert gc.finished_text({"auto": scanned}) == (
         "1 card(s) finished: dit_gemm_tiles/b9770e 100.0 us (1.25x report), "
-        "compute_bound (report compute_bound), 1 trial(s), cublaslt 2.50x FASTER")
+        "compute_bound (source unrecorded; the report's compute_bound, by ncu), 1 trial(s), cublaslt 2.50x FASTER")
     text = ("tests/a.py::test_one PASSED                [ 33%]\n"
             "tests/a.py::test_two[x-1] FAILED           [ 66%]\n"
             "tests/b.py::test_three SKIPPED (needs CUDA) [100%]\n"
@@ -542,7 +542,7 @@ def test_headlines_from_run_folders(tmp_path: Path) -> None:
                                                           "class_after": "compute_bound"}]}))
     text, numbers = gc._reprofile_headline(run)
     assert "c-842ecd" in numbers and "(ncu)" in text
-    assert "842ecd 10.0 us (0.50x report), compute_bound (report partial_wave_tail)" in text
+    assert "842ecd 10.0 us (0.50x report), compute_bound (ncu; the report's partial_wave_tail, by ncu)" in text
     check = _check(tmp_path)
     check.harness_run = lambda step, name, args, timeout: (gc.Proc(0, False, 1.0, ""), run)  # type: ignore
     outcome = gc.step_channels_last_ncu(check, STEPS["channels_last_ncu"], 30)
@@ -685,8 +685,9 @@ def test_a_killed_chunk_run_counts_as_its_run_json_does(tmp_path: Path) -> None:
             "signal": "SIGTERM", "cards_done": 0, "cards_total": 2, "cards_finished": []}}))
         runs[name] = gc.scan_run(run)
     assert gc.finished_text(runs) == (
-        "0 card(s) finished; 2 with only the baseline measured: c9e063 105778.0 us, compute_bound (report None); "
-        "88c34e 3444.8 us, compute_bound (report None)")
+        "0 card(s) finished; 2 with only the baseline measured: c9e063 105778.0 us, compute_bound (source "
+        "unrecorded; the report's none, by ncu); 88c34e 3444.8 us, compute_bound (source unrecorded; the report's "
+        "none, by ncu)")
     # Once run.json lists the card (the run finished it), it counts.
     run = tmp_path / "chunk_dit_block"
     (run / "run.json").write_text(json.dumps({"cards": ["dit-480-chunk-block-88c34e"]}))
