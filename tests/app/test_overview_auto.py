@@ -255,7 +255,7 @@ def test_auto_runs_a_chunk_card_after_the_op_cards_that_predict_it(tmp_path, mon
         return ctx, []
 
     monkeypatch.setattr(auto, "execute", execute)
-    monkeypatch.setattr(auto, "card_results", lambda experiment, outcomes, diffs: [])
+    monkeypatch.setattr(auto, "card_results", lambda experiment, outcomes, diffs, other_kernels: [])
     options = [p.stem for p in (CONF / "experiment").glob("*.yaml")]
     cfg = typed(composed("experiment=auto", "cards=[vae-480-chunk-decode,vae-480-conv3d-96to96k333t6]"))
     auto.run_auto(cfg, tmp_path, lambda name: typed(composed(f"experiment={name}")), options)

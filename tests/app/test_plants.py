@@ -14,6 +14,7 @@ from typing import Iterator
 
 import pytest
 
+from harness.cards.dtype import card_dtype
 from harness.cards.lint import lint_report
 from harness.cards.model import load_report
 from harness.cards.noise import paired_verdict
@@ -46,7 +47,10 @@ class Plants:
 def plants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plants]:
     folder = tmp_path_factory.mktemp("plants")
     card = lint_report(load_report()).normalized.card(CARD)
+    # float32 as in plants.yaml: the plants are made against float32 inputs, not the card's bf16 kernels.
+    dtype = card_dtype(card, applied=[], override="float32", declared=[], experiment_dtype="float32")
     job = TrialJob(card=card.to_dict(), experiment_module="tests.app.plants.plant_experiment", device=DEVICE,
+                   dtype=dtype,
                    scale=SCALE, correctness={"same_factor": 4, "lowered_factor": 4, "emulated_factor": 2},
                    physics_slack=SLACK, timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.05),
                    profiler={"name": "none"}, reference_path=str(folder / "reference.pt"))
