@@ -36,19 +36,20 @@ DTYPE_NAMES = {
     "bool": "bool",
 }
 
-def attach_input_dtypes(prof: Any, events: Any) -> None:
+def attach_input_dtypes(kineto_results: Any, events: Any) -> None:
     """Give each event its `input_dtypes` where torch.profiler left them off its FunctionEvents.
 
     FunctionEvent.input_dtypes is missing in torch 2.11 (present in 2.13); its profiler keeps them on the
-    raw Kineto events (`_KinetoEvent.dtypes()`, one per input), whose correlation id is the FunctionEvent's
-    id. Without them the byte estimates count every tensor as the workload's dtype and a cast's copy_ is not
+    raw Kineto events (`_KinetoEvent.dtypes()`, one per input; `kineto_results` is the autograd profiler's
+    attribute of that name, None where it has none), whose correlation id is the FunctionEvent's id.
+    Without them the byte estimates count every tensor as the workload's dtype and a cast's copy_ is not
     told from a layout conversion. An event whose raw twin is ambiguous or differs in shapes is left as it is
     (tensor_inputs then falls back to the workload's dtype).
     """
     if not events or all(hasattr(event, "input_dtypes") for event in events):
         return
     try:
-        raw = list(prof.profiler.kineto_results.events())
+        raw = list(kineto_results.events())
     except (AttributeError, RuntimeError):  # no Kineto results on this build: keep the fallback
         return
     by_id: dict[int | None, Any] = {}  # looked up with an event's id, None where it has none

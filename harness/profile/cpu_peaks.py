@@ -35,7 +35,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, Callable, TypeGuard
 
 SCHEMA = 2  # 2: cpu_share recorded (caches without it may hide a busy measurement)
 MATMUL_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
@@ -60,8 +60,9 @@ class CpuPeaks:
     llc_bytes: int | None = None  # last-level cache size, if the OS says
     measured_at: str = ""
     load_avg_1m: float | None = None  # the OS load average when measuring began (noise hint)
-    # process CPU time / (wall time x torch threads) while measuring: ~1 when the threads had their
-    # cores, ~0.5 when another process was taking half of them (then the peaks are far too low)
+    # process CPU time / (wall time x torch threads) in the measurement that used its threads best: ~1
+    # when the threads had their cores, ~0.5 when another process was taking half of them (then the peaks
+    # are far too low). The best, not the whole: a CPU without bf16 math runs a bf16 mm on one thread.
     cpu_share: float | None = None
     unsupported: dict[str, str] = field(default_factory=dict)  # dtype -> why no peak
 
@@ -305,7 +306,17 @@ def measure_cpu_peaks(*, budget_s: float = 2.5) -> CpuPeaks:
     key = machine_key()
     llc = last_level_cache_bytes()
     share = budget_s / (len(MATMUL_DTYPES) + 1)
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+    shares: list[float] = []  # per measurement: process CPU time / (wall time x torch threads)
+    threads = max(1, torch.get_num_threads())
+
+    def timed_share(measure: Callable[[], tuple[float, str]]) -> tuple[float, str]:
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        measured = measure()
+        wall = time.perf_counter() - wall0
+        if wall > 0:
+            shares.append((time.process_time() - cpu0) / (wall * threads))
+        return measured
+
     flops: dict[str, float] = {}
     sources: dict[str, str] = {}
     unsupported: dict[str, str] = {}
@@ -314,7 +325,7 @@ def measure_cpu_peaks(*, budget_s: float = 2.5) -> CpuPeaks:
             unsupported[name] = "torch has no such dtype"
             continue
         try:
-            rate, source = _measure_matmul(name, share)
+            rate, source = timed_share(functools.partial(_measure_matmul, name, share))
         except (RuntimeError, TypeError, NotImplementedError) as exc:
             unsupported[name] = f"torch.mm failed: {str(exc).splitlines()[0][:200]}"
             continue
@@ -322,10 +333,9 @@ def measure_cpu_peaks(*, budget_s: float = 2.5) -> CpuPeaks:
         sources[name] = source
     if not flops:
         raise RuntimeError(f"no matmul dtype could be measured on this CPU: {unsupported}")
-    bw, source = _measure_bandwidth(share, llc)
+    bw, source = timed_share(functools.partial(_measure_bandwidth, share, llc))
     sources["mem_bw"] = source
-    wall = time.perf_counter() - wall0
-    cpu_share = (time.process_time() - cpu0) / (wall * max(1, torch.get_num_threads())) if wall > 0 else None
+    cpu_share = max(shares) if shares else None
     return CpuPeaks(
         flops_per_s=flops,
         mem_bw_bytes_per_s=bw,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -157,6 +158,35 @@ def test_busy_measurement_is_used_but_not_cached(monkeypatch, tmp_path):
     cpu_peaks.reset_memo()
 
 
+@pytest.mark.parametrize(("shares", "busy"), [({"float32": 1.0, "bfloat16": 0.5, "float16": 0.5}, False),
+                                              ({"float32": 0.5, "bfloat16": 0.5, "float16": 0.5}, True)])
+def test_busy_is_judged_by_the_measurement_that_used_its_threads_best(monkeypatch, shares, busy):
+    """A CPU without bf16 math runs a bf16 mm on one of its threads: half its threads' time on an idle machine,
+    which is no sign of another process; every measurement at half is."""
+    import torch
+
+    threads = max(1, torch.get_num_threads())
+    clock = {"wall": 0.0, "cpu": 0.0}
+
+    def spend(share: float) -> None:  # one second of wall time, `share` of the threads busy
+        clock["wall"] += 1.0
+        clock["cpu"] += share * threads
+
+    def matmul(name: str, budget_s: float) -> tuple[float, str]:
+        spend(shares[name])
+        return 1e11, "fake"
+
+    def bandwidth(budget_s: float, llc: int | None) -> tuple[float, str]:
+        spend(shares["float32"] if busy else 0.9)
+        return 1e10, "fake"
+
+    fake_time = SimpleNamespace(process_time=lambda: clock["cpu"], perf_counter=lambda: clock["wall"])
+    monkeypatch.setattr(cpu_peaks, "time", fake_time)
+    monkeypatch.setattr(cpu_peaks, "_measure_matmul", matmul)
+    monkeypatch.setattr(cpu_peaks, "_measure_bandwidth", bandwidth)
+    assert cpu_peaks.measure_cpu_peaks().busy is busy
+
+
 def test_unwritable_cache_warns_but_returns_peaks(counting_measure, monkeypatch, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
@@ -296,11 +326,10 @@ def test_dtypes_come_from_the_raw_events_where_function_events_lack_them():
     ambiguous = SimpleNamespace(id=0, input_shapes=[])
     kineto = [raw(5, [[3, 4], [3, 4], []], ["c10::BFloat16", "float", "Scalar"]), raw(6, [[4, 4]], ["float"]),
               raw(0, [], []), raw(0, [], [])]
-    prof = SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: kineto)))
-    attach_input_dtypes(prof, [cast, other_shapes, ambiguous])
+    attach_input_dtypes(SimpleNamespace(events=lambda: kineto), [cast, other_shapes, ambiguous])
     assert cast.input_dtypes == ["c10::BFloat16", "float", "Scalar"]
     assert not hasattr(other_shapes, "input_dtypes") and not hasattr(ambiguous, "input_dtypes")
-    attach_input_dtypes(SimpleNamespace(), [SimpleNamespace(id=1, input_shapes=[])])  # no raw events: no error
+    attach_input_dtypes(None, [SimpleNamespace(id=1, input_shapes=[])])  # no raw events: no error
 
 
 def test_profile_is_labelled_estimated_and_unknowable_fields_stay_none(peaks):
