@@ -4,7 +4,8 @@ What is measured and what is estimated (every kernel says so in `extra`):
 
 - `dur_us` is MEASURED: the op's self CPU time from torch.profiler (wall time on the calling
   thread, children excluded; intra-op worker threads run inside it), summed over all of the op's
-  invocations in the measured calls and divided by the number of measured calls of `fn`.
+  invocations in the measured calls and divided by the number of measured calls of `fn` (3, or fewer
+  once the profiled calls took 50 ms: a call that long is steady, and a profiled call is not measurement).
 - `sm_pct` is ESTIMATED: achieved FLOP/s / the measured CPU peak FLOP/s of the op's dtype x 100.
   FLOPs are the profiler's own count (`with_flops`, known for mm/addmm/bmm/conv2d ...) when it
   reports one. Otherwise `WorkloadFacts.flops` is attributed to the workload's main compute op
@@ -156,34 +157,39 @@ class CpuProfiler:
         self,
         *,
         calls: int = 3,
+        min_profiled_s: float = 0.05,
         peaks: CpuPeaks | None = None,
         min_self_us: float = 1.0,
         min_self_fraction: float = 0.005,
     ):
         if calls < 1:
             raise ValueError("calls must be at least 1")
-        self.calls = calls
+        self.calls = calls  # at most; fewer once the profiled calls took min_profiled_s (a long call is
+        self.min_profiled_s = min_profiled_s  # steady, and each profiled call is time outside measurement)
         self._peaks = peaks
         self.min_self_us = min_self_us
         self.min_self_fraction = min_self_fraction
 
     # -----------------------------------------------------------------------------------------
 
-    def _run(self, fn: Callable[[], Any]) -> Any:
+    def _run(self, fn: Callable[[], Any]) -> tuple[Any, int]:
+        """The events of `fn`'s profiled calls, and how many calls that was."""
         # The autograd profiler that torch.profiler.profile wraps: the wrapper's start asks hasattr(torch,
         # "_inductor"), which imports Inductor (1.9 s of a CPU worker's first trial) for a CUDA-graph flag.
         try:
             from torch.autograd.profiler import profile, record_function
         except ImportError as exc:  # pragma: no cover - torch is a dependency
             raise ProfilerUnavailable(f"torch.autograd.profiler is not importable ({exc}); install torch") from None
+        calls, until = 0, time.perf_counter() + self.min_profiled_s
         with profile(record_shapes=True, with_flops=True, profile_memory=True) as prof:
-            for i in range(self.calls):
-                with record_function(f"{CALL_LABEL}#{i}"):
+            while calls < self.calls and (calls == 0 or time.perf_counter() < until):
+                with record_function(f"{CALL_LABEL}#{calls}"):
                     fn()
+                calls += 1
         events = prof.function_events
         # torch 2.11's FunctionEvents carry no input_dtypes
         attach_input_dtypes(getattr(prof, "kineto_results", None), events)
-        return events
+        return events, calls
 
     def _collect(self, events: Any, facts: WorkloadFacts) -> dict[str, OpStats]:
         stats: dict[str, OpStats] = {}
@@ -252,8 +258,7 @@ class CpuProfiler:
 
     # -----------------------------------------------------------------------------------------
 
-    def _select(self, stats: dict[str, OpStats], per_shape: bool) -> tuple[list[OpStats], dict[str, float]]:
-        n = self.calls
+    def _select(self, stats: dict[str, OpStats], per_shape: bool, n: int) -> tuple[list[OpStats], dict[str, float]]:
         total_self = sum(s.self_us for s in stats.values()) / n
         floor = 0.0 if per_shape else max(self.min_self_us, self.min_self_fraction * total_self)
         kept: list[OpStats] = []
@@ -273,15 +278,15 @@ class CpuProfiler:
         return kept, dropped
 
     def profile(self, fn: Callable[[], Any], facts: WorkloadFacts) -> Profile:
-        """Run `fn` `calls` times under torch.profiler and return its work ops as kernels."""
+        """Run `fn` under torch.profiler (`calls` times, or fewer once `min_profiled_s` is spent) and return
+        its work ops as kernels."""
         peaks = self._peaks or get_cpu_peaks()
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        events = self._run(fn)
+        events, n = self._run(fn)
         wall = time.perf_counter() - wall0
         cpu_share = (time.process_time() - cpu0) / (wall * max(1, peaks.torch_threads)) if wall > 0 else None
         stats = self._collect(events, facts)
-        kept, dropped = self._select(stats, facts.per_shape)
-        n = self.calls
+        kept, dropped = self._select(stats, facts.per_shape, n)
 
         profiler_flops = sum(s.flops for s in kept) / n
         # A chunk's FLOPs and bytes are spread over its many ops: no one op stands for them.
@@ -292,7 +297,7 @@ class CpuProfiler:
 
         kernels: list[Kernel] = []
         for entry in kept:
-            kernels.append(self._kernel(entry, facts, peaks, main, attribute_facts))
+            kernels.append(self._kernel(entry, facts, peaks, main, attribute_facts, n))
 
         notes = [
             "CPU backend: dur_us is torch.profiler self CPU time per call of the workload; sm_pct, "
@@ -335,8 +340,8 @@ class CpuProfiler:
         peaks: CpuPeaks,
         main: str | None,
         attribute_facts: bool,
+        n: int,
     ) -> Kernel:
-        n = self.calls
         dur_us = entry.self_us / n
         metrics = empty_metrics()
         metrics["dur_us"] = dur_us

@@ -8,6 +8,7 @@ what it finished; report.html, which reads all of them and the studies, once at 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 import warnings
@@ -22,6 +23,7 @@ from harness.cards.rules import RuleSet, classify_report
 from harness.config.schema import HarnessConfig, experiment_of, plain
 from harness.config.validate import check_output_dir, validate_config
 from harness.descriptions import DescribeJob, Description, ExperimentFacts
+from harness.errors import HarnessError
 from harness.jobs import TimingSettings
 from harness.protocol import WorkerError
 from harness.report.outputs import card_results, write_outputs, write_page
@@ -81,11 +83,23 @@ class _SetUp:
     derived: Description  # from the report and the device: the profiler, the cast cards' frames
 
 
+# Modules the run imports later anyway (the study storage's database layer, the verdicts' t quantiles),
+# imported while the worker imports torch rather than after it.
+_IMPORTED_WHILE_THE_WORKER_STARTS = ("sqlalchemy.orm", "alembic.command", "alembic.migration", "scipy.special")
+
+
 def _set_up(cfg: HarnessConfig, rules: RuleSet, worker: TrialWorker) -> _SetUp:
     """The experiment, the report, the device, the cards and the profiler, each checked in that order;
     what needs torch is described by the worker (harness.descriptions), its errors raised here in order."""
     experiment_cfg = experiment_of(cfg)
     deadline = cfg.search.trial_deadline_s
+    # Read while the worker starts (harness.run.worker.TrialWorker.spawn); its error is raised in its turn.
+    try:
+        normalized, report_error = classify_report(lint_report(load_report(cfg.report)).normalized, rules), None
+    except HarnessError as exc:
+        report_error = exc
+    for module in _IMPORTED_WHILE_THE_WORKER_STARTS:
+        importlib.import_module(module)
     described = describe(worker, DescribeJob(experiments={"run": (experiment_cfg.module, experiment_cfg.name)},
                                              device=cfg.device, config=plain(cfg)), deadline)
     experiment = described.experiment("run")
@@ -93,7 +107,8 @@ def _set_up(cfg: HarnessConfig, rules: RuleSet, worker: TrialWorker) -> _SetUp:
     if space or len(experiment.variants) > 1:
         validate_space(space, list(experiment.variants), experiment.name)
         experiment.check_space(space)
-    normalized = classify_report(lint_report(load_report(cfg.report)).normalized, rules)
+    if report_error is not None:
+        raise report_error
     profiler = {**(cfg.profiler or {}), **({"metric_set": experiment.metric_set} if experiment.metric_set else {})}
     derived = describe(worker, DescribeJob(report=normalized.to_dict(), device=described.device, profiler=profiler),
                        deadline)
@@ -127,6 +142,7 @@ def execute(cfg: HarnessConfig, run_dir: Path) -> tuple[RunContext, list[CardOut
     validate_config(plain(cfg))
     rules = rules_of(cfg)
     describing = worker_for(cfg)
+    describing.spawn()  # torch's import in the child, while this process reads the report
     starts_before = len(describing.startups)  # the starts of a worker that served an earlier run are not this one's
     setup = _set_up(cfg, rules, describing)
     experiment, cards, device, profiler = setup.experiment, setup.cards, setup.described.device, setup.derived.profiler

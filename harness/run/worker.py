@@ -87,6 +87,8 @@ class TrialWorker:
         self._send: int | None = None
         self._recv: int | None = None
         self._buffer = b""
+        self._ready = False  # the spawned child has said it can take requests
+        self._spawned_at = 0.0
 
     @property
     def pid(self) -> int | None:
@@ -103,8 +105,16 @@ class TrialWorker:
 
     def start(self) -> float:
         """Start a child and wait until it can take requests; the seconds that took."""
+        self.spawn()
+        return self._await_ready()
+
+    def spawn(self) -> None:
+        """Start a child without waiting for it: the run's own set-up goes on while it imports torch, and
+        the first request waits for it to be ready. A child already running is kept."""
+        if self._proc is not None and self._proc.poll() is None:
+            return
         self.kill()
-        t0 = time.perf_counter()
+        self._spawned_at = time.perf_counter()
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         env = dict(os.environ)
@@ -133,6 +143,11 @@ class TrialWorker:
             if log_file is not None:
                 log_file.close()
         self._send, self._recv, self._buffer = to_child_w, from_child_r, b""
+        self._ready = False
+
+    def _await_ready(self) -> float:
+        """Wait for the spawned child's hello; the seconds from its spawn. WorkerError when it never says it."""
+        assert self._proc is not None
         line = self._read_line(time.monotonic() + self.startup_timeout_s)
         hello = json.loads(line) if line is not None else {}
         if not hello.get("ready"):
@@ -140,7 +155,8 @@ class TrialWorker:
                    else exit_reason(self._proc.returncode))
             self.kill()
             raise WorkerError(f"the worker process could not start ({why}){self._log_tail()}")
-        seconds = time.perf_counter() - t0
+        seconds = time.perf_counter() - self._spawned_at
+        self._ready = True
         self.startups.append(seconds)
         self.torch_threads = hello.get("torch_threads")
         if self.pid_path is not None:
@@ -221,6 +237,8 @@ class TrialWorker:
             if self._proc is not None:
                 self.kill()
             self.start()
+        elif not self._ready:
+            self._await_ready()
         assert self._proc is not None and self._send is not None
         log_path = str(self.log_path) if self.log_path is not None else None
         message = (json.dumps({"log_path": log_path, "job": request}) + "\n").encode()
