@@ -8,7 +8,8 @@ over every key: valid = allocated = the key length), `aten.to.dtype` (a cast on 
 of those that the workload cannot express (a masked or causal SDPA, a conv with asymmetric 'same'
 padding, an unbatched input) and every other op is a `replay` card: the call itself, encoded by
 harness.workloads.call_codec. An in-place call, a view (its output shares its input's storage: no work of
-its own), or one whose arguments have no JSON form is recorded (its time counts) but not replayable.
+its own), an allocation (`empty_like`: its output is uninitialised), or one whose arguments have no JSON form
+is recorded (its time counts) but not replayable.
 """
 
 from __future__ import annotations
@@ -183,6 +184,10 @@ def aliases_an_input(out: Any, tensors: dict[str, torch.Tensor]) -> bool:
     return any(t.untyped_storage().data_ptr() in storages for t in outputs)
 
 
+# Ops whose output holds whatever the allocator returned: two calls differ, and no reference can agree.
+_UNINITIALISED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
+
+
 def _replay(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
             constants: set[int]) -> CallShape:
     op = aten_name(func)
@@ -200,6 +205,8 @@ def _replay(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
         return CallShape(op, REPLAY, {"callable": op}, {}, (), replayable=f"not replayable: {exc}")
     if why is None and aliases_an_input(out, tensors):
         why = "its output is a view of its input (no work of its own)"
+    if why is None and op.startswith("aten.") and op.split(".")[1] in _UNINITIALISED:
+        why = "its output is uninitialised memory (an allocation: no values to check, no work to time)"
     params["tensors"] = {name: describe_tensor(t) for name, t in tensors.items()}
     activations = tuple(name for name, t in tensors.items() if id(t) not in constants)
     params["activations"] = list(activations)

@@ -109,6 +109,10 @@ def test_in_place_and_unencodable_calls_are_recorded_but_not_replayable():
     assert describe_call(torch.Tensor.reshape, (x.t(), (6,)), {}, x.t().reshape(6), set()).replayable is None  # a copy
     odd = describe_call(torch.Tensor.__getitem__, (torch.randn(3), object()), {}, torch.zeros(1), set())
     assert odd.replayable and "object" in odd.replayable
+    # An allocation's output is whatever memory it got: two calls differ, so no reference could judge it.
+    for func, args in ((torch.empty_like, (x,)), (torch.Tensor.new_empty, (x, (2, 3)))):
+        allocated = describe_call(func, args, {}, func(*args), set())
+        assert allocated.replayable and "uninitialised" in allocated.replayable, func
 
 
 def test_a_forward_that_does_not_repeat_is_refused():
