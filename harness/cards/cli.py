@@ -43,6 +43,7 @@ from harness.cards.model import (
 )
 from harness.cards.reproduce import declared_device, reproduce
 from harness.cards.rules import NOT_ENOUGH, RuleSet, classify_report
+from harness.errors import HarnessError
 
 EXIT_BAD_INPUT = 2
 CORRECTED = "*"  # marks a value `show` prints from the normalized view that differs from the stored one
@@ -50,7 +51,7 @@ LEGEND = f"{CORRECTED} corrected from the report (see lint)"
 _CARD_ID = re.compile(r"[A-Za-z0-9_-]+")  # the characters of every card id (harness.cards.ids)
 
 
-class CliError(Exception):
+class CliError(HarnessError):
     """A usage problem reported in one line with exit status 2."""
 
 

@@ -40,9 +40,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
+from typing import Any, Callable, Mapping, cast
 
 from harness.cards.fields import SOURCE_NCU
+from harness.jobs import TrialJob
 from harness.profile.base import Profile, ProfilerUnavailable, WorkloadFacts
 from harness.profile.gpu_peaks import for_current_device
 from harness.profile.ncu import metric_cache
@@ -74,9 +75,6 @@ from harness.profile.ncu.session import (
     trial_cost,
     write_job,
 )
-
-if TYPE_CHECKING:  # the profilers do not import the experiments' side at run time
-    from harness.trial.build import TrialSpec
 
 NVTX_RANGE = "harness_trial"
 PENDING_DIR = ".pending"  # under profiler.keep_dir: sessions started ahead, before their trial is known
@@ -134,7 +132,7 @@ def chip_metrics(setting: Any, ncu: str) -> tuple[set[str] | None, str, str | No
         ) from None
 
 
-def trial_folder(keep_dir: Path, spec: TrialSpec) -> Path:
+def trial_folder(keep_dir: Path, spec: TrialJob) -> Path:
     """A new folder for one trial's spec and report: `<keep_dir>/<card>/<NNN>_<role>_<variant>[_<params>]`."""
     def clean(text: str) -> str:
         return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
@@ -224,7 +222,7 @@ class NcuProfiler:
             self._plan, self._plan_source = plan, source
         return self._plan
 
-    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts, spec: TrialSpec | None = None) -> Profile:
+    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts, spec: TrialJob | None = None) -> Profile:
         if spec is None:
             raise ProfilerUnavailable("profiler=ncu profiles a trial in a child process and needs its trial spec")
         plan = self.metric_plan()
@@ -259,7 +257,7 @@ class NcuProfiler:
             metrics=self.metric_plan().metrics,
         )
 
-    def _run(self, workdir: Path, spec: TrialSpec, session: PendingSession | None) -> tuple[Path, _Run]:
+    def _run(self, workdir: Path, spec: TrialJob, session: PendingSession | None) -> tuple[Path, _Run]:
         """ncu's run of the trial, in `session` or cold; the folder it ended in (a kept pre-started one is
         moved to the trial's own) and what the run was. The next trial's session starts as soon as this
         trial's ncu runs, so it imports while this trial profiles."""

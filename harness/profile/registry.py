@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from harness.errors import HarnessError
 from harness.profile.base import Profiler
 
 
@@ -37,7 +38,7 @@ BACKENDS: dict[str, Callable[[Mapping[str, Any]], Profiler]] = {"cpu": _cpu, "to
 FALLBACK = "falling back to the torch.profiler CUDA trace: metrics are estimated"
 
 
-class UnknownProfiler(ValueError):
+class UnknownProfiler(HarnessError):
     """A profiler name no backend has; one line naming the known ones."""
 
 

@@ -1,6 +1,6 @@
 """A trial as one typed spec, and the trial rebuilt from it: the card's workload and the callable to run.
 
-The run (harness.run.card_search) makes one `TrialSpec` per card and sends it as JSON; the worker and the ncu
+The run (harness.run.card_search) makes one `TrialJob` per card and sends it as JSON; the worker and the ncu
 child (harness.profile.ncu_child) rebuild the same trial from it. The spec carries the card itself, as
 the run has it (a chunk card derived from the report, a round-2 card from best.json), so no child
 re-reads or re-lints the report. `applied` lists the variants earlier rounds adopted on the card
@@ -21,9 +21,6 @@ from harness.workloads.attention import AttentionConfig
 from harness.workloads.base import Workload
 from harness.workloads.cast import CastConfig
 from harness.workloads.registry import build_for_card
-
-# The ncu backend and the tests name the job by its old name.
-TrialSpec = TrialJob
 
 
 def build_trial_workload(spec: TrialJob, card: Card, experiment: Experiment) -> tuple[Workload, Workload]:

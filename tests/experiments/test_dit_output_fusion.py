@@ -17,8 +17,9 @@ from experiments.dit_output_fusion import chain
 from harness.api.experiment import Experiment, ExperimentError, VariantSkipped
 from harness.cards.lint import lint_report
 from harness.cards.rules import classify_report
+from harness.jobs import TrialJob
 from harness.run.selection import SelectionError, apply_rule
-from harness.trial.build import TrialSpec, build_trial_workload
+from harness.trial.build import build_trial_workload
 from harness.trial.correctness import Rule, judge_baseline
 from harness.workloads import build_workload
 from tests.triton_helpers import compile_for_hopper, interpreter_results
@@ -165,7 +166,7 @@ def test_the_hook_registers_once_and_is_applied_by_build_trial_workload(seed_rep
     with pytest.raises(ExperimentError, match="workload registered twice"):
         fusion.EXPERIMENT.workload(chain.extend_with_producer)
     card = seed_report.card(PROJ_OUT_480)
-    spec = TrialSpec(card=card.to_dict(), experiment_module="experiments.dit_output_fusion", device="cpu",
+    spec = TrialJob(card=card.to_dict(), experiment_module="experiments.dit_output_fusion", device="cpu",
                      scale=0.05)
     workload, carried = build_trial_workload(spec, card, fusion.EXPERIMENT)
     hidden, shift, scale, weight, bias = chain.chain_inputs(carried)

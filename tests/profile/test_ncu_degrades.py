@@ -14,6 +14,7 @@ import pytest
 
 import harness.profile.ncu_backend as backend
 from harness.cards.model import load_report
+from harness.jobs import TrialJob
 from harness.profile import registry
 from harness.profile.base import WorkloadFacts
 from harness.profile.ncu import command, probe
@@ -21,7 +22,6 @@ from harness.profile.ncu.failures import NcuFailure, detect
 from harness.profile.ncu.importer import cards_from_ncu
 from harness.profile.ncu.metrics import SENTINEL_METRIC, is_attribute, metrics_for, resolve_metrics
 from harness.report.outputs import render_summary
-from harness.trial.build import TrialSpec
 
 VERSION_OUTPUT = """\
 NVIDIA (R) Nsight Compute Command Line Profiler
@@ -141,9 +141,9 @@ def test_a_truncated_or_timed_out_query_leaves_the_list_unchecked(
 # 2. An unknown unit: the field is null, the card says why, the trial goes on
 
 
-def _spec() -> TrialSpec:
+def _spec() -> TrialJob:
     card = {**load_report().cards[0].to_dict(), "id": "card-a"}
-    return TrialSpec(card=card, experiment_module="m", device="cuda", scale=1.0, role="baseline",
+    return TrialJob(card=card, experiment_module="m", device="cuda", scale=1.0, role="baseline",
                      variant="as_is", params={})
 
 

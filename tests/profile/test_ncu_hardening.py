@@ -17,6 +17,7 @@ import pytest
 
 import harness.profile.ncu_backend as backend
 from harness.cards.model import Card, Kernel, empty_metrics, load_report
+from harness.jobs import TrialJob
 from harness.profile.base import WorkloadFacts
 from harness.profile.ncu.command import profile_command
 from harness.profile.ncu.failures import detect
@@ -36,7 +37,6 @@ from harness.profile.ncu.parse import (
 )
 from harness.profile.ncu.runner import run_command
 from harness.profile.ncu.units import to_report_unit
-from harness.trial.build import TrialSpec
 from tests.processes import alive, wait_dead
 
 REPO = Path(__file__).resolve().parents[2]
@@ -233,9 +233,9 @@ def test_keep_dir_keeps_one_report_per_card_and_trial(tmp_path: Path, monkeypatc
     profiler = backend.NcuProfiler({"executable": str(fake_ncu), "keep_dir": str(keep),
                                     "available_metrics": str(query)})
     facts = WorkloadFacts(flops=None, min_bytes=None, dtype="float32", op_kind="linear")
-    def make(card_id: str, role: str, variant: str, params: dict) -> TrialSpec:
+    def make(card_id: str, role: str, variant: str, params: dict) -> TrialJob:
         card = {**load_report().cards[0].to_dict(), "id": card_id}
-        return TrialSpec(card=card, experiment_module="m", device="cuda", scale=1.0, role=role, variant=variant,
+        return TrialJob(card=card, experiment_module="m", device="cuda", scale=1.0, role=role, variant=variant,
                          params=params)
 
     specs = [
