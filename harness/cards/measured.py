@@ -39,6 +39,9 @@ class MeasuredRecord:
     profiler_notes: list[str]
     variant: dict[str, Any]  # the variant's facts (harness.trial.measure.variant_facts)
     torch_state: dict[str, Any]  # the process-global torch settings it ran under (harness.trial.torch_state)
+    # The checks of harness.trial.checks it passed ("passed", in the order they ran) and the one that refused it
+    # ("refused_by", None); a card restated from the confirm rounds adds the ones they held ("confirm").
+    checks: dict[str, Any] | None = None
 
     def write(self, card: Card) -> None:
         card.extra.update(asdict(self))

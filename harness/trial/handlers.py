@@ -25,6 +25,7 @@ from harness.jobs import (
 )
 from harness.protocol import is_out_of_memory, one_line
 from harness.trial import torch_state
+from harness.trial.checks import named
 from harness.trial.server import CardState, Server, annotate, free_memory, leaves_state, synchronize
 
 
@@ -71,6 +72,7 @@ def measure(server: Server, state: CardState, job: TrialJob) -> TrialResult:
     if left:  # no later measurement runs under what it left behind: it was restored; its card says so
         m.card.extra["state_changes"] = left
         m = refuse(m, f"when called, it {leaves_state(left)}")
+        m.card.extra["checks"] = {**(m.card.extra.get("checks") or {}), "refused_by": "process_state"}
     card, path = m.card, Path(str(job.card_path))
     card.extra.update(job.extra)
     try:
@@ -169,12 +171,17 @@ def confirm(server: Server, state: CardState, job: TrialJob) -> TrialResult:
             samples[key], warmup=warmups[key]["calls"],
             method=f"{last[key].method}, {plan.rounds} paired rounds in ABBA order with the other side",
             device_name=last[key].device_name, clock_mhz=last[key].clock_mhz)
-        _restate(state, source, target, sides[key], pooled, medians[key], warmups[key])
+        _restate(state, source, target, sides[key], pooled, medians[key], warmups[key],
+                 CONFIRM_CHECKS if key == "best" else ("process_state",))
     return TrialResult(
         TrialStatus.COMPLETE, seconds={"timing_s": seconds},
         baseline_rounds=SideRounds([per_call(m, sides["base"].calls) for m in medians["base"]],
                                    sides["base"].calls),
         tried_rounds=SideRounds([per_call(m, tried.calls) for m in medians["best"]], tried.calls))
+
+
+# What the confirm rounds hold the best to: prepared again and judged before any round, each round's state kept.
+CONFIRM_CHECKS = ("rebuilt_for_confirm", "anchored_bounds", "process_state")
 
 
 def refuse(m: Any, reason: str) -> Any:
@@ -189,9 +196,10 @@ class _Measured(Exception):
 
 
 def _restate(state: CardState, source: str, target: str, prepared: Any, pooled: Any, round_medians: list[float],
-             warm: dict[str, Any]) -> None:
+             warm: dict[str, Any], held: tuple[str, ...]) -> None:
     """A searched card with its timing replaced by the confirm rounds' and everything derived from a time
-    (per-call rates, the experiment's evidence) derived again: one time per card, whatever shows it."""
+    (per-call rates, the experiment's evidence) derived again: one time per card, whatever shows it; the
+    checks the rounds held added to those it passed."""
     from harness.cards.model import Report, load_report, save_report
     from harness.trial.measure import variant_facts
 
@@ -199,6 +207,7 @@ def _restate(state: CardState, source: str, target: str, prepared: Any, pooled: 
     card.extra["search_timing"] = card.extra.get("timing")
     card.extra["timing"] = {**pooled.to_dict(), "round_medians_us": round_medians}
     card.extra["warm_up"] = warm
+    card.extra["checks"] = {**(card.extra.get("checks") or {}), "confirm": [named(n).name for n in held]}
     card.extra["variant"] = {**(card.extra.get("variant") or {}), **variant_facts(prepared, state.workload, pooled)}
     try:
         annotate(state.experiment, card, state.workload)

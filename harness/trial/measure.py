@@ -12,7 +12,7 @@ import functools
 import os
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, cast
 
 import torch
@@ -25,6 +25,7 @@ from harness.jobs import TimingSettings, TrialJob, per_call
 from harness.profile.base import Profile, Profiler, SpecProfiler
 from harness.profile.timing import TimingResult, time_cpu, warm_up
 from harness.trial import torch_state
+from harness.trial.checks import named
 from harness.trial.correctness import Correctness
 from harness.trial.input_guard import InputGuard
 from harness.trial.physics import Floor
@@ -127,6 +128,7 @@ class TrialChecks:
     enforce_floor: bool = True  # False for the baseline: its ratio is evidence of the floor, not a verdict
     # Why the variant, prepared anew on a second draw of the activations, is wrong there (or None).
     second_draw: Callable[[], str | None] | None = None
+    held: tuple[str, ...] = ()  # the checks it passed when it was prepared (harness.trial.checks)
 
 
 class _LastOutput:
@@ -156,21 +158,43 @@ def _wrong_call(which: str, judged: Correctness, why: str) -> str:
 
 @dataclass
 class _Inspection:
-    """A variant's calls judged beyond the first output, and the time those checks took (`checks_s`)."""
+    """A variant's calls judged beyond the first output, by the checks of harness.trial.checks, and the time
+    those checks took (`checks_s`)."""
 
     check: Callable[[Any], Correctness]
     checks: TrialChecks
     device: str
+    declared: str | None = None  # the precision the variant declares (Prepared.precision)
     problem: str | None = None  # the first check that refused it
+    refused_by: str | None = None  # that check's name
+    passed: list[str] = field(default_factory=list)  # the checks it passed, in the order they ran
     checks_s: float = 0.0
     timing_s: float = 0.0  # the timed calls alone (measurement): the checks around them are not
 
-    def look(self, find: Callable[[], str | None]) -> None:
-        """Run one check unless an earlier one refused the variant; its time counts as the checks'."""
+    def __post_init__(self) -> None:
+        for name in self.checks.held:
+            self.held(name)
+
+    def look(self, name: str, find: Callable[[], str | None]) -> None:
+        """Run the check `name` unless an earlier one refused the variant; its time counts as the checks'."""
+        named(name)
         if self.problem is None:
             t0 = time.perf_counter()
             self.problem = find()
             self.checks_s += time.perf_counter() - t0
+            if self.problem is None:
+                self.held(name)
+            else:
+                self.refused_by = name
+
+    def held(self, name: str) -> None:
+        """The check `name` passed (one judged elsewhere, such as the first output's)."""
+        if named(name).name not in self.passed:
+            self.passed.append(name)
+
+    def record(self) -> dict[str, Any]:
+        """What the card says of the checks: the ones passed, and the one that refused it."""
+        return {"passed": list(self.passed), "refused_by": self.refused_by}
 
     def call_again(self, output: Any, which: str, why: str) -> str | None:
         judged = self.check(output)
@@ -182,18 +206,25 @@ class _Inspection:
         output = fn()
         _sync(self.device)
         correctness = self.check(output)
+        # A declared precision is judged with the output (its evidence, its emulated reference).
+        judged_by = ("reference", "declared_precision") if self.declared is not None else ("reference",)
         if not correctness.feasible:
+            self.refused_by = judged_by[-1]
             return correctness, *peak_memory_bytes(fn, self.device)[:2]
+        for name in judged_by:
+            self.held(name)
+        self.held("anchored_bounds")  # its bound came from the original op's error (harness.trial.correctness)
         # Bound with partial, not a closure over the names deleted below (look runs each check at once).
         if guard is not None:
-            self.look(functools.partial(_aliased_or_changed, guard, output))
+            self.look("pristine_inputs", functools.partial(_aliased_or_changed, guard, output))
         del output
         memory, method, second = peak_memory_bytes(fn, self.device)
-        self.look(functools.partial(self.call_again, second, "second", "state carried over from the first call "
-                                    "(a buffer that accumulates, a cache that serves an older output)"))
+        self.look("repeated_calls", functools.partial(
+            self.call_again, second, "second", "state carried over from the first call "
+            "(a buffer that accumulates, a cache that serves an older output)"))
         del second
         if self.checks.second_draw is not None:
-            self.look(self.checks.second_draw)
+            self.look("second_draw", self.checks.second_draw)
         return correctness, memory, method
 
     def timed(self, fn: Callable[[], Any], settings: TimingSettings) -> tuple[TimingResult, dict[str, Any] | None]:
@@ -203,14 +234,17 @@ class _Inspection:
         timing = time_callable(timed, self.device, settings)
         self.timing_s = time.perf_counter() - t0
         _sync(self.device)
-        self.look(lambda: self.call_again(timed.value, "last timed", "what it returns changes over repeated calls"))
+        if self.device.startswith("cuda"):
+            self.held("timer_cross_check")  # time_cuda checks its events against a synchronised clock
+        self.look("repeated_calls", lambda: self.call_again(
+            timed.value, "last timed", "what it returns changes over repeated calls"))
         timed.value = None
         floor, slack = self.checks.floor, self.checks.slack
         if floor is None or not slack:
             return timing, None
         impossible, physics = floor.judge(timing.median_us, slack)
         if self.checks.enforce_floor:
-            self.look(lambda: impossible)
+            self.look("physical_floor", lambda: impossible)
         return timing, physics
 
 
@@ -237,7 +271,7 @@ def measure(
     draw and the device's physical floor. Any of them failing makes the card infeasible with that reason
     in its correctness note. `spec` rebuilds the trial in another process, for profilers that need one (ncu).
     """
-    inspection = _Inspection(check, checks or TrialChecks(), workload.device)
+    inspection = _Inspection(check, checks or TrialChecks(), workload.device, declared=prepared.precision)
     guard = inspection.checks.guard
     fn = prepared.fn
     phases: dict[str, float] = {}
@@ -254,7 +288,7 @@ def measure(
     if guard is not None:
         mutated = guard.check_and_restore()  # always: even after an earlier check refused the variant
         if correctness.feasible:
-            inspection.look(lambda: mutated)
+            inspection.look("pristine_inputs", lambda: mutated)
     phases["checks_s"] = inspection.checks_s
     if inspection.problem is not None:
         correctness = replace(correctness, feasible=False, note=inspection.problem)
@@ -268,7 +302,7 @@ def measure(
             profile = profiler.profile(fn, workload.facts())
         phases["profile_s"] = time.perf_counter() - t2
     card = _card(source_card, profile.kernels if profile else [], timing, correctness, profile, workload,
-                 prepared, label, environment, memory, memory_method, rules)
+                 prepared, label, environment, memory, memory_method, rules, inspection.record())
     if physics is not None:
         card.extra["physics"] = physics
     return Measurement(card, timing, correctness, profile, phases)
@@ -287,6 +321,7 @@ def _card(
     memory: int,
     memory_method: str,
     rules: RuleSet,
+    checks: dict[str, Any],
 ) -> Card:
     """The source card re-profiled: same identity, new kernels and measurements, same rules."""
     card = copy.deepcopy(source)
@@ -316,6 +351,7 @@ def _card(
         variant=variant_facts(prepared, workload, timing),
         # The process-global settings it ran under (pinned per request, plus what the variant set).
         torch_state=torch_state.snapshot(),
+        checks=checks,
     ).write(card)
     card.keys = ()
     for kernel in card.kernels:

@@ -224,8 +224,10 @@ class Server:
             floor = floor_for(w.flops, w.min_bytes, prepared.calls, device_peaks(w.device),
                               state.baseline_per_call_us if job.role != BASELINE else None)
         trial = job.role != BASELINE
+        # Prepared already: in an isolated process state (harness.trial.handlers), a batch from the harness's calls.
+        held = ("harness_batch", "process_state") if prepared.calls > 1 else ("process_state",)
         return TrialChecks(guard=state.guard, floor=floor, slack=job.physics_slack, enforce_floor=trial,
-                           second_draw=(lambda: self.second_draw(state, job)) if trial else None)
+                           second_draw=(lambda: self.second_draw(state, job)) if trial else None, held=held)
 
 
 def leaves_state(left: list[str]) -> str:

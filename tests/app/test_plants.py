@@ -20,6 +20,7 @@ from harness.cards.model import load_report
 from harness.cards.noise import paired_verdict
 from harness.jobs import ConfirmPlan, TimingSettings, TrialJob, TrialResult, TrialStatus
 from harness.run.worker import CardSession, TrialWorker
+from harness.trial.checks import CHECKS
 
 REPO = Path(__file__).resolve().parents[2]
 CARD = "dit-480-linear-m1170n5120k13824-ffde6a"
@@ -65,26 +66,34 @@ def plants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plants]:
         worker.close()
 
 
+# status, reason, and the check of harness.trial.checks its card names (None: refused when prepared, no card)
 REFUSED = {
-    "stale": (TrialStatus.INFEASIBLE, "faster than the device can do this work"),
-    "cached_input": (TrialStatus.INFEASIBLE, "second draw"),
-    "accumulate": (TrialStatus.INFEASIBLE, "second call's output is wrong"),
-    "mutate_input": (TrialStatus.INFEASIBLE, "mutates its input x in place"),
-    "claimed_batch": (TrialStatus.FAILED, "built no 4 calls"),
-    "repeated_batch": (TrialStatus.INFEASIBLE, "max_rel"),
-    "declared_bf16": (TrialStatus.INFEASIBLE, "declares bfloat16 but"),
-    "bf16_drops_terms": (TrialStatus.INFEASIBLE, "emulated"),
-    "leaks_threads": (TrialStatus.INFEASIBLE, "leaves process state changed"),
-    "leaks_autocast": (TrialStatus.INFEASIBLE, "leaves process state changed"),
+    "stale": (TrialStatus.INFEASIBLE, "faster than the device can do this work", "physical_floor"),
+    "cached_input": (TrialStatus.INFEASIBLE, "second draw", "second_draw"),
+    "accumulate": (TrialStatus.INFEASIBLE, "second call's output is wrong", "repeated_calls"),
+    "mutate_input": (TrialStatus.INFEASIBLE, "mutates its input x in place", "pristine_inputs"),
+    "claimed_batch": (TrialStatus.FAILED, "built no 4 calls", None),
+    "repeated_batch": (TrialStatus.INFEASIBLE, "max_rel", "reference"),
+    "declared_bf16": (TrialStatus.INFEASIBLE, "declares bfloat16 but", "declared_precision"),
+    "bf16_drops_terms": (TrialStatus.INFEASIBLE, "emulated", "declared_precision"),
+    "leaks_threads": (TrialStatus.INFEASIBLE, "leaves process state changed", None),
+    "leaks_autocast": (TrialStatus.INFEASIBLE, "leaves process state changed", None),
 }
+# The checks an honest twin passes beyond every trial's (harness.trial.checks: its batch, its declaration).
+EVERY_TRIAL = {"process_state", "reference", "anchored_bounds", "pristine_inputs", "repeated_calls", "second_draw",
+               "physical_floor"}
+HONEST = {"once": EVERY_TRIAL, "honest_batch": EVERY_TRIAL | {"harness_batch"},
+          "honest_bf16": EVERY_TRIAL | {"declared_precision"}}
 
 
 @pytest.mark.parametrize("variant", sorted(REFUSED))
 def test_each_plant_is_refused_with_its_own_reason(plants: Plants, variant: str):
-    status, reason = REFUSED[variant]
+    status, reason, check = REFUSED[variant]
     result = plants.trial(variant)
     assert result.status is status, (result.status, result.reason)
     assert reason in result.reason, result.reason
+    if check is not None:
+        assert plants.card(result)["checks"]["refused_by"] == check
     # The next trial of an honest variant on the same card is not poisoned by what the plant did.
     after = plants.trial("once")
     assert after.ok, after.reason
@@ -93,11 +102,14 @@ def test_each_plant_is_refused_with_its_own_reason(plants: Plants, variant: str)
     assert not extra.get("state_changes")
 
 
-@pytest.mark.parametrize("variant", ["once", "honest_batch", "honest_bf16"])
+@pytest.mark.parametrize("variant", sorted(HONEST))
 def test_the_honest_twins_are_feasible(plants: Plants, variant: str):
     result = plants.trial(variant)
     assert result.ok, result.reason
     assert math.isfinite(result.per_call_us or math.nan)
+    # Every check it met, passed, in the list's order: the list is the order a trial meets them.
+    checks = plants.card(result)["checks"]
+    assert checks["passed"] == [c.name for c in CHECKS if c.name in HONEST[variant]] and checks["refused_by"] is None
 
 
 @pytest.mark.parametrize("variant", ["once", "honest_batch"])
@@ -114,6 +126,10 @@ def test_the_honest_wins_are_confirmed_faster(plants: Plants, variant: str):
     assert verdict.verdict == "FASTER", verdict.describe()
     # The batch's time is per original call: about a quarter of its invocation's.
     assert confirmed.tried_rounds.calls == (4 if variant == "honest_batch" else 1)
+    # The restated card names what the rounds held it to, beside what its trial passed.
+    restated = load_report(str(folder / f"confirmed_{variant}.json")).cards[0].extra["checks"]
+    assert restated["confirm"] == ["rebuilt_for_confirm", "anchored_bounds", "process_state"]
+    assert "second_draw" in restated["passed"]
 
 
 def test_a_plant_is_refused_again_when_the_confirm_prepares_it_anew(plants: Plants):
