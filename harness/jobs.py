@@ -17,7 +17,7 @@ Pure Python (no torch, no Optuna): both processes import it.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from enum import Enum
 from typing import Any, Mapping, TypeVar
 
@@ -143,8 +143,8 @@ class TrialJob:
     scale: float
     seed: int = 0
     inputs_dir: str | None = None
-    attention: dict[str, Any] = field(default_factory=dict)  # AttentionSettings
-    cast: dict[str, Any] = field(default_factory=dict)  # CastSettings
+    attention: AttentionSettings = field(default_factory=AttentionSettings)
+    cast: CastSettings = field(default_factory=CastSettings)
     applied: list[dict[str, Any]] = field(default_factory=list)  # what earlier rounds adopted (harness.trial.rounds)
     # A chunk card's contained op cards' adopted variants (harness.trial.rounds.adopted_by_card), to compose.
     adopted: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -208,6 +208,9 @@ class TrialJob:
             values["confirm"] = ConfirmPlan(**known_fields(ConfirmPlan, values["confirm"], "trial job confirm"))
         if isinstance(values.get("dtype"), Mapping):
             values["dtype"] = CardDtype.from_dict(values["dtype"])
+        for name, settings in (("attention", AttentionSettings), ("cast", CastSettings)):
+            if isinstance(values.get(name), Mapping):
+                values[name] = settings(**known_fields(settings, values[name], f"trial job {name}"))
         if "kind" in values:
             values["kind"] = JobKind(values["kind"])
         return cls(**values)
@@ -309,9 +312,11 @@ def known_fields(cls: type[_T], obj: Mapping[str, Any], what: str, strict: bool 
 
 
 def json_plain(value: Any) -> Any:
-    """JSON's own types: enums by value, tuples as lists."""
+    """JSON's own types: enums by value, tuples as lists, dataclasses as their fields."""
     if isinstance(value, Enum):
         return value.value
+    if is_dataclass(value) and not isinstance(value, type):
+        return json_plain(asdict(value))
     if isinstance(value, Mapping):
         return {k: json_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

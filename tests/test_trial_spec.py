@@ -16,6 +16,7 @@ from harness.cards.lint import lint_report
 from harness.cards.model import load_report
 from harness.jobs import (
     OUTCOMES,
+    AttentionSettings,
     ConfirmPlan,
     JobKind,
     Judgement,
@@ -35,7 +36,7 @@ CONV = "vae-480-conv3d-96to96k333t6-13c157"
 def test_the_spec_survives_json_and_refuses_unknown_keys():
     card = load_report().card(CONV)
     spec = TrialJob(card=card.to_dict(), experiment_module="experiments.vae_channels_last", device="cpu",
-                     scale=0.1, attention={"heads": 10}, applied=[{"experiment": "x"}])
+                     scale=0.1, attention=AttentionSettings(heads=10), applied=[{"experiment": "x"}])
     trial = spec.for_trial("channels_last_3d", {"a": 1}, "trial")
     again = TrialJob.from_json(json.loads(json.dumps(trial.to_json())))
     assert again == trial and again.card_id == CONV and again.load_card().id == CONV

@@ -7,7 +7,7 @@ recorded as FAIL with its reason and the search goes on (see harness.run.worker)
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -109,10 +109,10 @@ def _card_job(ctx: RunContext, card: Card, trials_dir: Path, applied: list[dict[
     """The card's own job, every request of the card made from it (so a new child can rebuild the card)."""
     cfg, experiment_cfg = ctx.cfg, experiment_of(ctx.cfg)
     scale = cfg.workload.scale or (1.0 if ctx.device.startswith("cuda") else cfg.workload.cpu_scale)
-    cast_cfg = asdict(cfg.workload.cast)
-    if card.op_kind == "cast" and cast_cfg["frames"] is None and card.id in ctx.cast_frames:
+    cast_cfg = cfg.workload.cast
+    if card.op_kind == "cast" and cast_cfg.frames is None and card.id in ctx.cast_frames:
         # The report lost the cast's shape; its pair of cast cards per resolution tells 9 from 12 frames.
-        cast_cfg["frames"] = ctx.cast_frames[card.id]
+        cast_cfg = replace(cast_cfg, frames=ctx.cast_frames[card.id])
     profiler_cfg = dict(cfg.profiler or {})
     if ctx.experiment.metric_set:
         profiler_cfg["metric_set"] = ctx.experiment.metric_set
@@ -122,7 +122,7 @@ def _card_job(ctx: RunContext, card: Card, trials_dir: Path, applied: list[dict[
         dtype=decided_dtype(ctx, card, applied),
         adopted=_adopted_in_chunk(experiment_cfg, card),
         card=card.to_dict(), experiment_module=experiment_cfg.module, device=ctx.device, scale=scale,
-        seed=cfg.workload.seed, inputs_dir=cfg.inputs.dir, attention=asdict(cfg.workload.attention), cast=cast_cfg,
+        seed=cfg.workload.seed, inputs_dir=cfg.inputs.dir, attention=cfg.workload.attention, cast=cast_cfg,
         applied=applied, reference_path=str(trials_dir / "reference.pt"),
         reference_cache=cfg.inputs.references or str(ctx.run_dir.resolve().parent / "references"),
         # harness.trial.correctness.Rule: judged in the worker

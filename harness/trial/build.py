@@ -9,7 +9,7 @@ re-reads or re-lints the report. `applied` lists the variants earlier rounds ado
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from harness.api.experiment import Experiment, Prepared, load_experiment
 from harness.cards.dtype import card_dtype, tf32_pins
@@ -35,7 +35,8 @@ def build_trial_workload(spec: TrialJob, card: Card, experiment: Experiment) -> 
     # The run put a cast card's frame count, which only the report's pair of cast cards tells, into spec.cast.
     workload = build_for_card(
         card, device=spec.device, dtype=decided.dtype, scale=spec.scale, seed=spec.seed,
-        inputs_dir=spec.inputs_dir, attention=AttentionConfig(**spec.attention), cast=CastConfig(**spec.cast),
+        inputs_dir=spec.inputs_dir, attention=AttentionConfig(**asdict(spec.attention)),
+        cast=CastConfig(**asdict(spec.cast)),
     )
     workload = experiment.measured_workload(replace(workload, adopted=spec.adopted, built_as=decided))
     return workload, carry(workload, applied)
