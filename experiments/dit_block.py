@@ -36,9 +36,9 @@ from torch.nn.attention import sdpa_kernel
 
 from experiments.attention_backends import BACKENDS, _probe
 from experiments.dit_gemm_tiles import WEIGHT_LAYOUTS
+from harness.api.chunks import attribute
 from harness.api.compiled import compile_call
 from harness.api.experiment import Experiment, Prepared, VariantSkipped
-from harness.trial.chunks import attribute
 from harness.workloads.base import Workload
 from harness.workloads.dit_block import ScopedLinear, shard_frame
 

@@ -40,9 +40,9 @@ import torch.nn.functional as F
 
 from harness.api.experiment import Experiment, Prepared, VariantSkipped
 from harness.api.optional import install_hint
+from harness.api.peaks import card_peaks
 from harness.cards.fields import DRAM_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL
 from harness.cards.measures import dram_bytes
-from harness.profile.peak_lookup import card_peaks
 from harness.workloads.base import Workload, WorkloadError, dtype_name, element_size
 
 EXPERIMENT = Experiment(

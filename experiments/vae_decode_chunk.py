@@ -20,9 +20,8 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from experiments.vae_bf16 import _cpu_has_bf16_math
+from harness.api.chunks import attribute, label_text
 from harness.api.experiment import Experiment, Prepared, VariantSkipped
-from harness.trial.chunks import attribute
-from harness.trial.rounds import label_text
 from harness.workloads.base import Workload, dtype_name, parse_dtype
 
 EXPERIMENT = Experiment(

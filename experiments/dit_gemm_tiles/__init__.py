@@ -36,11 +36,11 @@ import torch.nn.functional as F
 from experiments.dit_gemm_tiles.kernel import triton_linear
 from harness.api.compiled import compile_call, frozen_module
 from harness.api.experiment import Experiment, Prepared, VariantSkipped
+from harness.api.numerics import unit_roundoff
+from harness.api.peaks import compute_peak, sm_count
 from harness.api.tiles import TileConfig, executed_flops, tile_count, waves
 from harness.api.triton_support import check_launchable, first_launch
 from harness.cards.fields import COMPUTE_BOUND, L2_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL
-from harness.profile.peak_lookup import compute_peak, sm_count
-from harness.trial.correctness import unit_roundoff
 from harness.workloads.base import Workload, dtype_name, element_size, parse_dtype
 
 EXPERIMENT = Experiment(

@@ -49,13 +49,13 @@ from experiments.vae_conv_kernels.im2col import LAYOUTS, im2col_conv3d
 from experiments.vae_conv_kernels.kernel import ConvGemm, conv_input_precision, triton_conv3d
 from harness.api.compiled import compile_call, frozen_module
 from harness.api.experiment import Experiment, Prepared, VariantSkipped
+from harness.api.numerics import pinned_value
+from harness.api.peaks import card_peaks, sm_count
 from harness.api.tiles import HOPPER, TileConfig, executed_flops, padded, tile_count, waves, widest_useful_block
 from harness.api.triton_support import check_launchable, first_launch
 from harness.cards.card_check import executed_over_nominal
 from harness.cards.fields import COMPUTE_BOUND, L2_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL, UNRESOLVED
 from harness.cards.measures import sum_metric
-from harness.profile.peak_lookup import card_peaks, sm_count
-from harness.trial import torch_state
 from harness.workloads.base import Workload, WorkloadError, element_size
 from harness.workloads.frames import calls_on_dim0
 
@@ -206,7 +206,7 @@ def cudnn_algorithm(w: Workload, benchmark: bool = True, memory_format: str = "c
     x, weight = (w.inputs[name].contiguous(memory_format=fmt) for name in ("input", "weight"))
     bias = w.inputs.get("bias")
     args, conv = _conv_args(w), _conv(w)
-    tf32 = bool(torch_state.pinned_value("cudnn.allow_tf32"))  # the math mode the baseline runs under
+    tf32 = bool(pinned_value("cudnn.allow_tf32"))  # the math mode the baseline runs under
     settings = ((torch.backends.cudnn, "benchmark", benchmark), (torch.backends.cudnn, "allow_tf32", tf32))
 
     def run() -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Tile arithmetic for tiled GPU kernels (a GEMM, an implicit-GEMM convolution): can a tile launch, how
 many tiles and waves a launch makes, and the FLOPs it executes once every tile is whole.
 
-Pure arithmetic against an SM's limits (harness.profile.occupancy), decided before anything is compiled,
+Pure arithmetic against an SM's limits (harness.hardware.occupancy), decided before anything is compiled,
 so that a tile search spends no trial on a configuration that cannot launch.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.profile.occupancy import SmLimits
+from harness.hardware.occupancy import SmLimits
 
 # Hopper (the report's H200): 228 KiB of shared memory per SM, of which one block may opt into 227 KiB
 # (1 KiB is reserved per block). Used when no CUDA device can be asked.

@@ -31,9 +31,9 @@ from harness.cards.measures import (
     sum_metric,
 )
 from harness.cards.model import Card
-from harness.profile.gpu_peaks import lookup
-from harness.profile.ncu.metrics import CACHE_BYTES_METRICS
-from harness.profile.occupancy import occupancy, waves
+from harness.hardware.gpu_peaks import lookup
+from harness.hardware.ncu_metrics import CACHE_BYTES_METRICS
+from harness.hardware.occupancy import occupancy, waves
 
 NOT_MEASURABLE_ESTIMATED = "not measurable (estimated)"
 
@@ -48,7 +48,7 @@ CHECK_PATTERNS: dict[str, re.Pattern[str]] = {
 
 # Executed FLOPs from ncu counters, as raw metric names in a kernel's extra["ncu_counters"]:
 # FP32 SASS instructions per thread (an FFMA is two FLOPs) and the tensor path's math ops (taken as
-# one per FLOP). No metric set in harness/profile/ncu/metrics.py requests them yet; before trusting
+# one per FLOP). No metric set of the ncu backend (METRIC_SETS) requests them yet; before trusting
 # the tensor counters on sm_90, check them against a GEMM of known FLOPs on the chip.
 SASS_FLOP_WEIGHTS: dict[str, float] = {
     "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 2.0,

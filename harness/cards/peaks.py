@@ -2,7 +2,7 @@
 
 Two layouts are recorded: the CPU backend's measured peaks (harness.profile.cpu_peaks: `kind: cpu`,
 `flops_per_s` by dtype, `mem_bw_bytes_per_s`, `llc_bytes`, `cpu_model`) and a GPU's table
-(harness.profile.gpu_peaks: `peaks` by key, each `{value, unit, source}`; `limits.sm_count`; the
+(harness.hardware.gpu_peaks: `peaks` by key, each `{value, unit, source}`; `limits.sm_count`; the
 torch_cuda backend adds `compute_peak`, the key it used, and `used`, the entries it used). The roofline,
 the experiments' evidence (achieved share of peak, weight-streaming bound, waves) and the page all read
 them through `recorded_peaks`.

@@ -53,7 +53,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from harness.profile.gpu_peaks import lookup
+from harness.hardware.gpu_peaks import lookup
 from harness.profile.timing import TimingResult, warm_up
 from harness.profile.torch_cuda import ensure_cuda
 

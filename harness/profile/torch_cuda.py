@@ -6,7 +6,7 @@ Measured, from the Kineto trace of one call of `fn` (CUPTI activity records):
   static + dynamic as one sum, so a kernel with shared memory leaves both None and its total is
   kept in `extra["launch"]["shared_memory_b"]`;
 - waves, occ_limit_regs, occ_limit_smem: derived from the launch configuration and the device's
-  limits by the occupancy calculator rules (harness.profile.occupancy). occ_limit_smem assumes the
+  limits by the occupancy calculator rules (harness.hardware.occupancy). occ_limit_smem assumes the
   largest shared memory carveout; Nsight Compute reports it under the carveout the driver picked,
   which can be smaller (a larger number here) but is only picked where it does not bind, so waves
   agree.
@@ -23,7 +23,7 @@ difference the classifier looks for. A cast (no FLOPs) gets no compute estimate.
 (`WorkloadFacts.per_shape`: a whole decoder call or DiT block) gets no estimate at all: its FLOPs and
 bytes are the whole chunk's, hundreds of ops, and given to its longest kernel they read as one conv
 at 11,252% of peak (H200, vae_decode_chunk); its time is broken down per contained card instead
-(harness.cards.chunk_breakdown). Peaks come from harness.profile.gpu_peaks (measured > practical >
+(harness.cards.chunk_breakdown). Peaks come from harness.hardware.gpu_peaks (measured > practical >
 datasheet), recorded in `Profile.peaks`.
 
 Everything else (l2_pct, warps, cycles, DRAM bytes, hit rates) needs hardware counters: None.
@@ -39,9 +39,10 @@ from typing import Any, Callable, Mapping
 
 from harness.cards.fields import SOURCE_TORCH_CUDA_TRACE
 from harness.cards.model import Kernel, empty_metrics
+from harness.hardware.gpu_peaks import TENSOR_CORE_KEYS, DevicePeaks, Peak
+from harness.hardware.occupancy import SmLimits
 from harness.profile.base import Profile, ProfilerUnavailable, WorkloadFacts
-from harness.profile.gpu_peaks import TENSOR_CORE_KEYS, DevicePeaks, Peak, for_current_device
-from harness.profile.occupancy import SmLimits
+from harness.profile.gpu_peaks import for_current_device
 from harness.profile.torch_trace import Trace, TraceKernel, launch_stats, load_trace
 
 FLOPS_ATTRIBUTION = "dominant_kernel"

@@ -20,7 +20,7 @@ callers, outermost first (`Trace.callers`). Matching by time on the launching th
 Kineto version; the "External id" linking a kernel to its op changed meaning between versions.
 
 Waves are computed from the launch configuration and the device limits with
-harness.profile.occupancy, which reproduces the trace's own occupancy estimate (tests check that).
+harness.hardware.occupancy, which reproduces the trace's own occupancy estimate (tests check that).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.profile.occupancy import Occupancy, SmLimits, occupancy, supported_compute_capabilities, waves
+from harness.hardware.occupancy import Occupancy, SmLimits, occupancy, supported_compute_capabilities, waves
 
 
 class TraceError(HarnessError):

@@ -231,7 +231,7 @@ def test_diff_page_rows_name_the_interval_and_the_band(seed_report: Report) -> N
 
 
 def test_gpu_peaks_layout_gives_roofs(seed_report: Report) -> None:
-    from harness.profile.gpu_peaks import lookup
+    from harness.hardware.gpu_peaks import lookup
 
     peaks = lookup("NVIDIA H200")
     compute, dram = peaks.peak("bf16_tflops"), peaks.peak("dram_tbps")

@@ -27,7 +27,7 @@ from harness.api import tiles as tile_math
 from harness.api.experiment import VariantSkipped
 from harness.cards.model import Card, Kernel
 from harness.cards.rules import RuleSet
-from harness.profile.occupancy import SmLimits
+from harness.hardware.occupancy import SmLimits
 from harness.trial.correctness import Rule, check_output, judge_baseline
 from harness.trial.measure import TimingSettings, measure
 from harness.workloads import batch_for, build_workload

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from harness.cards.fields import METRIC_FIELDS, METRIC_UNITS
+from harness.hardware.ncu_metrics import CACHE_BYTES_METRICS
 from harness.profile.ncu.command import export_command, profile_command
 from harness.profile.ncu.metrics import (
-    CACHE_BYTES_METRICS,
     FIELD_SOURCES,
     STALL_METRIC,
     STALL_REQUEST,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.profile.occupancy import KB, SmLimits, occupancy, waves
+from harness.hardware.occupancy import KB, SmLimits, occupancy, waves
 
 H100 = SmLimits.for_arch(9, 0, 132)
 A100 = SmLimits.for_arch(8, 0, 108)

@@ -11,8 +11,8 @@ import pytest
 from harness.cards.fields import COMPUTE_BOUND, METRIC_FIELDS, SOURCE_TORCH_CUDA_TRACE
 from harness.cards.model import load_report
 from harness.cards.rules import NOT_ENOUGH, classify_card
+from harness.hardware.gpu_peaks import DATASHEET, GENERIC, MEASURED, PRACTICAL, from_table, lookup
 from harness.profile.base import WorkloadFacts
-from harness.profile.gpu_peaks import DATASHEET, GENERIC, MEASURED, PRACTICAL, from_table, lookup
 from harness.profile.torch_cuda import Tf32Switches, build_profile, compute_peak_key, roofline_pcts
 from harness.profile.torch_trace import Trace, TraceError, TraceKernel, launch_stats, load_trace, parse_trace
 

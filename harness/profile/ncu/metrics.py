@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 from harness.cards.fields import METRIC_FIELDS
+from harness.hardware.ncu_metrics import CACHE_BYTES_METRICS
 
 
 @dataclass(frozen=True)
@@ -103,12 +104,6 @@ if tuple(FIELD_SOURCES) != METRIC_FIELDS:  # a new report field must get a sourc
 # a list naming a reason the chip lacks makes ncu fail with "Failed to find metric".
 STALL_REQUEST = r"regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$"
 STALL_METRIC = re.compile(r"^smsp__average_warps_issue_stalled_(?P<reason>.+)_per_issue_active\.ratio$")
-
-# Bytes moved through L1/TEX and through L2 (lts), next to the DRAM bytes of the report fields.
-CACHE_BYTES_METRICS: dict[str, str] = {
-    "l1tex_mb": "l1tex__t_bytes.sum",
-    "lts_mb": "lts__t_bytes.sum",
-}
 
 METRIC_SETS: dict[str, tuple[str, ...]] = {
     "report": tuple(source.metric for source in FIELD_SOURCES.values()),

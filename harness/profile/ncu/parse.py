@@ -25,7 +25,8 @@ from typing import Iterable
 from harness.cards.fields import METRIC_UNITS
 from harness.cards.units import impossible_percent
 from harness.errors import HarnessError
-from harness.profile.ncu.metrics import CACHE_BYTES_METRICS, FIELD_SOURCES, STALL_METRIC
+from harness.hardware.ncu_metrics import CACHE_BYTES_METRICS
+from harness.profile.ncu.metrics import FIELD_SOURCES, STALL_METRIC
 from harness.profile.ncu.units import NcuUnitError, to_report_unit
 
 RAW = "raw"

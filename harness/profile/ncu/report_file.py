@@ -16,8 +16,9 @@ from types import ModuleType
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.hardware.ncu_metrics import CACHE_BYTES_METRICS
 from harness.profile.ncu.command import export_command, find_ncu
-from harness.profile.ncu.metrics import CACHE_BYTES_METRICS, FIELD_SOURCES, STALL_METRIC
+from harness.profile.ncu.metrics import FIELD_SOURCES, STALL_METRIC
 from harness.profile.ncu.parse import REPORT, NcuKernelRecord, Value, nvtx_path, parse_text
 from harness.profile.ncu.runner import run_ncu
 
