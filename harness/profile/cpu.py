@@ -29,9 +29,10 @@ Which ops become kernels (the rest are reported in `Profile.settings["dropped_op
    annotations and Python function events are never kernels;
 2. allocation, view and metadata ops (`IGNORED_OPS`, e.g. aten::empty, aten::resize_, aten::view,
    aten::as_strided, aten::t) are dropped whatever their time: they move no data;
-3. dispatcher wrappers are dropped: an op whose self time is under half of its inclusive time
-   (aten::conv3d, aten::linear, aten::to, aten::contiguous, aten::clone ...) delegates its work
-   to children, which are kept on their own;
+3. dispatcher wrappers are dropped: an op whose children of work (rule 2's ops left out) take over half
+   of its inclusive time (aten::conv3d, aten::linear, aten::to, aten::contiguous, aten::clone ...)
+   delegates its work to them, and they are kept on their own; an op whose children are only
+   allocations and views is its own work (a tiny SDPA's flash kernel, 25 us beside 30 us of them);
 4. noise: an op whose self time per call is under max(`min_self_us`, `min_self_fraction` x the
    summed self time of all ops) is dropped.
 A layout conversion therefore appears as the op that copies (aten::copy_), with the ops that
@@ -214,6 +215,8 @@ class CpuProfiler:
             entry.invocations += 1
             entry.self_us += float(event.self_cpu_time_total)
             entry.total_us += float(event.cpu_time_total)
+            entry.delegated_us += sum(float(child.cpu_time_total) for child in event.cpu_children
+                                      if child.name not in IGNORED_OPS)
             entry.flops += float(event.flops or 0)
             chain = caller_chain(event)
             entry.callers[chain] += 1
@@ -269,7 +272,7 @@ class CpuProfiler:
                 entry.op in IGNORED_OPS
                 or entry.op.startswith("ProfilerStep")
                 or entry.op.startswith("[")
-                or (not per_shape and entry.total_us > 0 and entry.self_us < 0.5 * entry.total_us)
+                or (not per_shape and entry.total_us > 0 and entry.delegated_us > 0.5 * entry.total_us)
                 or per_call < floor
             ):
                 dropped[entry.name] = round(per_call, 3)

@@ -85,6 +85,7 @@ class OpStats:
     invocations: int = 0
     self_us: float = 0.0
     total_us: float = 0.0
+    delegated_us: float = 0.0  # its children's inclusive time, allocations and views (IGNORED_OPS) left out
     flops: float = 0.0
     read_bytes: float = 0.0
     write_bytes: float = 0.0

@@ -230,6 +230,36 @@ def test_a_long_call_is_profiled_fewer_times_and_each_time_is_per_call(peaks):
     assert mm.extra["calls"] == 1 and mm.extra["measured_calls"] == 2
 
 
+def test_an_op_whose_children_are_only_allocations_is_its_own_work():
+    """Rule 3 on planted events: aten::linear hands its time to addmm and is a wrapper; a tiny SDPA's flash op
+    spends more in empty_like/transpose/empty than in itself, and is still the op that does the work."""
+
+    def event(name, self_us, children=()):
+        e = SimpleNamespace(name=name, self_cpu_time_total=self_us, cpu_children=list(children), cpu_parent=None,
+                            cpu_time_total=self_us + sum(c.cpu_time_total for c in children),
+                            input_shapes=[], input_dtypes=[], flops=0, cpu_memory_usage=0,
+                            is_user_annotation=False, is_python_function=False)
+        for child in children:
+            child.cpu_parent = e
+        return e
+
+    flash = event("aten::_scaled_dot_product_flash_attention_for_cpu", 25.0,
+                  [event("aten::empty_like", 10.0), event("aten::transpose", 10.0), event("aten::empty", 10.0)])
+    addmm = event("aten::addmm", 38.0)
+    linear = event("aten::linear", 2.0, [addmm])
+    root = event("harness::measured_call#0", 0.0, [flash, linear])
+    events, stack = [], [root]
+    while stack:
+        node = stack.pop()
+        events.append(node)
+        stack.extend(node.cpu_children)
+    facts = WorkloadFacts(flops=None, min_bytes=None, dtype="float32", op_kind="attention")
+    profiler = CpuProfiler(calls=1)
+    kept, dropped = profiler._select(profiler._collect(events, facts), False, 1)
+    assert {k.op for k in kept} == {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::addmm"}
+    assert "aten::linear" in dropped
+
+
 def test_conv3d_layouts_show_different_ops(peaks):
     torch.manual_seed(0)
     x = torch.randn(1, 16, 4, 34, 34)
