@@ -19,8 +19,8 @@ class Phase(Enum):
 
     PREPARE = "prepare"  # the variant built on the card's workload
     FIRST_CALL = "first call"
-    SECOND_CALL = "second call"  # the memory probe's
     SECOND_DRAW = "second draw"  # prepared anew on other activations
+    SECOND_CALL = "second call"  # the memory probe's (on the CPU, the first warm-up call of the timing)
     TIMED_CALLS = "timed calls"
     AFTER_CALLS = "after its calls"
     CONFIRM = "confirm rounds"
@@ -47,12 +47,12 @@ CHECKS: tuple[Check, ...] = (
     Check("anchored_bounds", (Phase.FIRST_CALL, Phase.CONFIRM), "tolerance compounding over rounds", ""),
     Check("pristine_inputs", (Phase.FIRST_CALL, Phase.AFTER_CALLS), "an input changed in place",
           "mutates its input x in place / its output aliases its input x"),
-    Check("repeated_calls", (Phase.SECOND_CALL, Phase.TIMED_CALLS),
-          "state carried across calls (a buffer that accumulates)",
-          "its second (last timed) call's output is wrong"),
     Check("second_draw", (Phase.SECOND_DRAW,),
           "a mistake the first draw's values hide (an input cached from the first call)",
           "on a second draw of its activations its output is wrong"),
+    Check("repeated_calls", (Phase.SECOND_CALL, Phase.TIMED_CALLS),
+          "state carried across calls (a buffer that accumulates)",
+          "its second (last timed) call's output is wrong"),
     Check("physical_floor", (Phase.TIMED_CALLS,),
           "a stale output (made when prepared, a replayed buffer or cache)",
           "faster than the device can do this work: stale, memoized or skipped"),

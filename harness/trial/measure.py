@@ -131,16 +131,36 @@ class TrialChecks:
     held: tuple[str, ...] = ()  # the checks it passed when it was prepared (harness.trial.checks)
 
 
-class _LastOutput:
-    """The callable timed, keeping what its last call returned (under a CUDA graph: the graph's static
-    output, which every replay overwrites), so the output of the last timed call is checked too."""
+class _RefusedMidTiming(Exception):
+    """A check refused the variant at its first timed-phase call: the timing stops there."""
 
-    def __init__(self, fn: Callable[[], Any]):
-        self.fn, self.value = fn, None
+
+class _TimedCalls:
+    """The callable timed. It keeps what its last call returned (under a CUDA graph: the graph's static output,
+    which every replay overwrites), so the output of the last timed call is checked too; given an inspection,
+    its first call (the first warm-up call: the variant's second) runs under the memory probe and its output
+    is judged at once, so a CPU trial pays no extra call for either. The judging counts as checks, not as
+    measurement (`checks_s`)."""
+
+    def __init__(self, fn: Callable[[], Any], second_call: _Inspection | None = None):
+        self.fn, self.value, self.second_call = fn, None, second_call
+        self.memory: tuple[int, str] | None = None
+        self.checks_s = 0.0
 
     def __call__(self) -> Any:
-        self.value = self.fn()
-        return self.value
+        inspection, self.second_call = self.second_call, None
+        if inspection is None:
+            self.value = self.fn()
+            return self.value
+        memory, method, output = peak_memory_bytes(self.fn, inspection.device)
+        self.memory = memory, method
+        t0 = time.perf_counter()
+        inspection.judge_second_call(output)
+        self.checks_s += time.perf_counter() - t0
+        if inspection.problem is not None:
+            raise _RefusedMidTiming
+        self.value = output
+        return output
 
 
 def _sync(device: str) -> None:
@@ -200,8 +220,8 @@ class _Inspection:
         judged = self.check(output)
         return None if judged.feasible else _wrong_call(which, judged, why)
 
-    def first_calls(self, fn: Callable[[], Any]) -> tuple[Correctness, int, str]:
-        """The first call judged, then the memory probe's call (the second) and the second draw."""
+    def first_calls(self, fn: Callable[[], Any]) -> Correctness:
+        """The first call judged, the inputs it may have changed, and the second draw."""
         guard = self.checks.guard
         output = fn()
         _sync(self.device)
@@ -210,7 +230,7 @@ class _Inspection:
         judged_by = ("reference", "declared_precision") if self.declared is not None else ("reference",)
         if not correctness.feasible:
             self.refused_by = judged_by[-1]
-            return correctness, *peak_memory_bytes(fn, self.device)[:2]
+            return correctness
         for name in judged_by:
             self.held(name)
         self.held("anchored_bounds")  # its bound came from the original op's error (harness.trial.correctness)
@@ -218,22 +238,44 @@ class _Inspection:
         if guard is not None:
             self.look("pristine_inputs", functools.partial(_aliased_or_changed, guard, output))
         del output
-        memory, method, second = peak_memory_bytes(fn, self.device)
-        self.look("repeated_calls", functools.partial(
-            self.call_again, second, "second", "state carried over from the first call "
-            "(a buffer that accumulates, a cache that serves an older output)"))
-        del second
         if self.checks.second_draw is not None:
             self.look("second_draw", self.checks.second_draw)
-        return correctness, memory, method
+        return correctness
 
-    def timed(self, fn: Callable[[], Any], settings: TimingSettings) -> tuple[TimingResult, dict[str, Any] | None]:
-        """The timing, its last call's output judged, and the time against the device's physical floor."""
-        timed = _LastOutput(fn)
+    def judge_second_call(self, output: Any) -> None:
+        self.look("repeated_calls", functools.partial(
+            self.call_again, output, "second", "state carried over from the first call "
+            "(a buffer that accumulates, a cache that serves an older output)"))
+
+    def probe_memory(self, fn: Callable[[], Any], judge: bool) -> tuple[int, str]:
+        """The memory probe as a call of its own (the variant's second; `judge`: its output checked)."""
+        memory, method, output = peak_memory_bytes(fn, self.device)
+        if judge:
+            self.judge_second_call(output)
+        return memory, method
+
+    def timed(self, fn: Callable[[], Any], settings: TimingSettings
+              ) -> tuple[TimingResult | None, dict[str, Any] | None, tuple[int, str]]:
+        """The second call (memory probe and check), the timing, its last call's output judged, and the time
+        against the device's physical floor. On the CPU with warm-up calls the second call is the first of
+        them; on a GPU (a CUDA graph captures its warm-up) or without warm-up it is a call of its own."""
+        folded = not self.device.startswith("cuda") and settings.warmup != 0
+        memory = None if folded else self.probe_memory(fn, judge=True)
+        if self.problem is not None:
+            return None, None, cast(tuple[int, str], memory)
+        timed = _TimedCalls(fn, self if folded else None)
         t0 = time.perf_counter()
-        timing = time_callable(timed, self.device, settings)
-        self.timing_s = time.perf_counter() - t0
+        try:
+            timing: TimingResult | None = time_callable(timed, self.device, settings)
+        except _RefusedMidTiming:
+            timing = None
+        self.timing_s = time.perf_counter() - t0 - timed.checks_s
+        self.checks_s += timed.checks_s
+        memory = timed.memory if folded else memory
+        assert memory is not None  # the folded probe is the timing's first call
         _sync(self.device)
+        if timing is None:
+            return None, None, memory
         if self.device.startswith("cuda"):
             self.held("timer_cross_check")  # time_cuda checks its events against a synchronised clock
         self.look("repeated_calls", lambda: self.call_again(
@@ -241,11 +283,11 @@ class _Inspection:
         timed.value = None
         floor, slack = self.checks.floor, self.checks.slack
         if floor is None or not slack:
-            return timing, None
+            return timing, None, memory
         impossible, physics = floor.judge(timing.median_us, slack)
         if self.checks.enforce_floor:
             self.look("physical_floor", lambda: impossible)
-        return timing, physics
+        return timing, physics, memory
 
 
 def measure(
@@ -276,13 +318,15 @@ def measure(
     fn = prepared.fn
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
-    correctness, memory, memory_method = inspection.first_calls(fn)
-    # The checks among the first calls (the guard, the second call's, the second draw) count as checks_s only.
-    phases["setup_s"] = time.perf_counter() - t0 - inspection.checks_s
+    correctness = inspection.first_calls(fn)
     timing, physics = None, None
     if correctness.feasible and inspection.problem is None:
-        timing, physics = inspection.timed(fn, settings)
+        timing, physics, (memory, memory_method) = inspection.timed(fn, settings)
         phases["timing_s"] = inspection.timing_s
+    else:  # refused before its second call: that call is the memory probe alone
+        memory, memory_method = inspection.probe_memory(fn, judge=False)
+    # The checks (the guard, the second call's, the second draw) count as checks_s only, the timing as timing_s.
+    phases["setup_s"] = time.perf_counter() - t0 - inspection.checks_s - inspection.timing_s
     # Whatever ran since the last look (the memory probe's call, the timed calls), the inputs are put back
     # before anything else is measured on them.
     if guard is not None:
