@@ -4,14 +4,16 @@ it runs in and how its reason reads.
 One list, one home: the worker runs the checks by these names (harness.trial.measure for a trial and the
 baseline, harness.trial.handlers for the confirm rounds), a measured card records the ones its variant passed
 (`extra["checks"]`), and README's table "What a win must survive" is held to this list by a test. A new check
-is a new entry here and one `look` (or `passed`) under its name where its phase runs; a name not listed here
-is a programming error, raised at once.
+is a new entry here and one `look` (or `passed`) under its name where its phase runs; a check of an output alone
+is the entry alone: its `judge` runs on every output its phases observe (the first call's, the second's, the last
+timed call's). A name not listed here is a programming error, raised at once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any, Callable
 
 
 class Phase(Enum):
@@ -27,11 +29,21 @@ class Phase(Enum):
 
 
 @dataclass(frozen=True)
+class Output:
+    """One call's output, as an output check sees it."""
+
+    value: Any  # what the variant returned
+    call: str  # which call: "first", "second", "last timed"
+
+
+@dataclass(frozen=True)
 class Check:
     name: str
     phases: tuple[Phase, ...]
     mistake: str  # what it catches: README's first column
     reason: str  # how a refusal by it reads (its beginning, or the note it leaves): README's last column
+    # A check of an output alone: why `Output` is refused, or None; run at each of its phases by the worker.
+    judge: Callable[[Output], str | None] | None = None
 
 
 CHECKS: tuple[Check, ...] = (
@@ -69,3 +81,8 @@ BY_NAME: dict[str, Check] = {check.name: check for check in CHECKS}
 def named(name: str) -> Check:
     """The check of that name; KeyError (a programming error) for one this list does not hold."""
     return BY_NAME[name]
+
+
+def output_checks(phase: Phase) -> tuple[Check, ...]:
+    """The checks of an output alone that run at `phase`, in the list's order."""
+    return tuple(check for check in CHECKS if check.judge is not None and phase in check.phases)

@@ -25,7 +25,7 @@ from harness.jobs import TimingSettings, TrialJob, per_call
 from harness.profile.base import Profile, Profiler, SpecProfiler
 from harness.profile.timing import TimingResult, time_cpu, warm_up
 from harness.trial import torch_state
-from harness.trial.checks import named
+from harness.trial.checks import Output, Phase, named, output_checks
 from harness.trial.correctness import Correctness
 from harness.trial.input_guard import InputGuard
 from harness.trial.physics import Floor
@@ -207,6 +207,12 @@ class _Inspection:
             else:
                 self.refused_by = name
 
+    def judge_output(self, phase: Phase, value: Any, call: str) -> None:
+        """Every check of an output alone listed for `phase` (harness.trial.checks), on this call's output."""
+        for check in output_checks(phase):
+            assert check.judge is not None
+            self.look(check.name, functools.partial(check.judge, Output(value, call)))
+
     def held(self, name: str) -> None:
         """The check `name` passed (one judged elsewhere, such as the first output's)."""
         if named(name).name not in self.passed:
@@ -234,6 +240,7 @@ class _Inspection:
         for name in judged_by:
             self.held(name)
         self.held("anchored_bounds")  # its bound came from the original op's error (harness.trial.correctness)
+        self.judge_output(Phase.FIRST_CALL, output, "first")
         # Bound with partial, not a closure over the names deleted below (look runs each check at once).
         if guard is not None:
             self.look("pristine_inputs", functools.partial(_aliased_or_changed, guard, output))
@@ -246,6 +253,7 @@ class _Inspection:
         self.look("repeated_calls", functools.partial(
             self.call_again, output, "second", "state carried over from the first call "
             "(a buffer that accumulates, a cache that serves an older output)"))
+        self.judge_output(Phase.SECOND_CALL, output, "second")
 
     def probe_memory(self, fn: Callable[[], Any], judge: bool) -> tuple[int, str]:
         """The memory probe as a call of its own (the variant's second; `judge`: its output checked)."""
@@ -260,18 +268,19 @@ class _Inspection:
         against the device's physical floor. On the CPU with warm-up calls the second call is the first of
         them; on a GPU (a CUDA graph captures its warm-up) or without warm-up it is a call of its own."""
         folded = not self.device.startswith("cuda") and settings.warmup != 0
-        memory = None if folded else self.probe_memory(fn, judge=True)
-        if self.problem is not None:
-            return None, None, cast(tuple[int, str], memory)
+        probed = None
+        if not folded:
+            probed = self.probe_memory(fn, judge=True)
+            if self.problem is not None:
+                return None, None, probed
         timed = _TimedCalls(fn, self if folded else None)
         t0 = time.perf_counter()
         try:
             timing: TimingResult | None = time_callable(timed, self.device, settings)
         except _RefusedMidTiming:
             timing = None
-        self.timing_s = time.perf_counter() - t0 - timed.checks_s
-        self.checks_s += timed.checks_s
-        memory = timed.memory if folded else memory
+        self.timing_s = time.perf_counter() - t0 - timed.checks_s  # its checks counted themselves (look)
+        memory = timed.memory or probed
         assert memory is not None  # the folded probe is the timing's first call
         _sync(self.device)
         if timing is None:
@@ -280,6 +289,7 @@ class _Inspection:
             self.held("timer_cross_check")  # time_cuda checks its events against a synchronised clock
         self.look("repeated_calls", lambda: self.call_again(
             timed.value, "last timed", "what it returns changes over repeated calls"))
+        self.judge_output(Phase.TIMED_CALLS, timed.value, "last timed")
         timed.value = None
         floor, slack = self.checks.floor, self.checks.slack
         if floor is None or not slack:
