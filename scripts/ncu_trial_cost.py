@@ -31,8 +31,10 @@ from typing import Any
 import yaml
 
 from harness.api.experiment import load_experiment
+from harness.boundary.framing import plain
+from harness.boundary.requests import Measure
+from harness.boundary.spec import CardSpec
 from harness.cards.model import Card, load_report
-from harness.jobs import BASELINE, TrialJob
 from harness.profile.ncu.command import find_ncu, profile_command
 from harness.profile.ncu.metrics import metrics_for, resolve_metrics
 from harness.profile.ncu.runner import RunResult, run_command, start_command
@@ -160,9 +162,10 @@ def main(argv: list[str]) -> int:
     make = ncu_maker(ncu, args.metrics_list)
     rows: list[dict[str, Any]] = []
     for card in cards:
-        spec = TrialJob(card=card.to_dict(), experiment_module=module, device=args.device, scale=scale,
-                        role=BASELINE, variant=str(experiment.baseline_name))
-        job = {"spec": spec.to_json(), "nvtx_range": NVTX_RANGE}
+        spec = CardSpec(card=card.to_dict(), experiment_module=module, device=args.device, scale=scale)
+        # The baseline's Measure as the worker would send it (the ncu child writes no card).
+        request = Measure(spec=spec, variant=str(experiment.baseline_name), baseline=True, card_path="baseline.json")
+        job = {"measure": plain(request), "nvtx_range": NVTX_RANGE}
         forms = [run_cold, run_prestarted] if args.prestarted else [run_cold]
         for run in forms:
             with tempfile.TemporaryDirectory(prefix="ncu-trial-cost-") as folder:

@@ -27,18 +27,10 @@ import yaml
 
 from experiments import dit_gemm_tiles, dit_small_m_batching, vae_bf16
 from harness.api.experiment import ExperimentError, Prepared
+from harness.api.numerics import CorrectnessError, unit_roundoff
 from harness.config.schema import CorrectnessConfig
 from harness.config.validate import ConfigError, compose_checked
-from harness.trial.correctness import (
-    CorrectnessError,
-    Rule,
-    Standard,
-    check_output,
-    coarsest,
-    judge_baseline,
-    output_grid,
-    unit_roundoff,
-)
+from harness.trial.correctness import Rule, Standard, check_output, coarsest, judge_baseline, output_grid
 from harness.trial.precision import emulated_reference, observed_precisions, round_to_tf32
 from harness.trial.rounds import carry
 from harness.workloads import batch_for, build_workload, valid_prefix_attention

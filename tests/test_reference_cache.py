@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.boundary.outcomes import TrialStatus
+from harness.boundary.requests import Measure
+from harness.boundary.spec import CardSpec, TimingSettings
 from harness.cards.lint import lint_report
 from harness.cards.model import load_report
-from harness.jobs import BASELINE, TimingSettings, TrialJob, TrialStatus
-from harness.trial.handlers import answer
+from harness.trial.handlers import measure, on_card
 from harness.trial.reference_cache import ReferenceCache
 from harness.trial.server import Server
 from harness.workloads.registry import build_for_card
@@ -94,24 +96,25 @@ def test_a_new_worker_measuring_the_baseline_again_reuses_the_references(tmp_pat
     """A resumed run measures each card's baseline again: its reference, and the second draw's a trial is
     judged on, come from the cache; the judgement is the same."""
     references = tmp_path / "references"
-    job = TrialJob(card=card.to_dict(), experiment_module="experiments.dit_gemm_tiles", device="cpu", scale=0.05,
-                   correctness={"same_factor": 4, "lowered_factor": 4},
-                   timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.01), profiler={"name": "none"},
-                   reference_path=str(tmp_path / "run1" / "reference.pt"), reference_cache=str(references))
+    spec = CardSpec(card=card.to_dict(), experiment_module="experiments.dit_gemm_tiles", device="cpu", scale=0.05,
+                    correctness={"same_factor": 4, "lowered_factor": 4},
+                    timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.01), profiler={"name": "none"},
+                    reference_path=str(tmp_path / "run1" / "reference.pt"), reference_cache=str(references))
 
     def run(folder: str) -> tuple[Server, list]:
         server = Server()
-        at = dataclasses.replace(job, reference_path=str(tmp_path / folder / "reference.pt"))
-        base = answer(server, at.for_trial("linear", {}, BASELINE, card_path=str(tmp_path / folder / "b.json")))
-        trial = answer(server, at.for_trial("dtype_layout", {"weight_layout": "kn"}, "trial",
-                                            card_path=str(tmp_path / folder / "t.json")))
+        answer = on_card(server, measure)
+        at = dataclasses.replace(spec, reference_path=str(tmp_path / folder / "reference.pt"))
+        base = answer(Measure(spec=at, variant="linear", baseline=True, card_path=str(tmp_path / folder / "b.json")))
+        trial = answer(Measure(spec=at, variant="dtype_layout", params={"weight_layout": "kn"},
+                               card_path=str(tmp_path / folder / "t.json")))
         return server, [base, trial]
 
     first, replies = run("run1")
     assert all(r.status is TrialStatus.COMPLETE for r in replies), [r.reason for r in replies]
-    cache = first.reference_cache(job)
+    cache = first.reference_cache(spec)
     assert cache.computed == 2 and cache.loaded == 0  # the card's reference and the second draw's
     second, again = run("run2")
-    cache = second.reference_cache(job)
+    cache = second.reference_cache(spec)
     assert cache.computed == 0 and cache.loaded == 2
     assert [r.judgement.max_rel for r in again] == [r.judgement.max_rel for r in replies]

@@ -26,12 +26,15 @@ from typing import Any, Callable, overload
 
 import torch
 
+from harness.api.numerics import CorrectnessError, unit_roundoff
 from harness.api.optional import needs_module
-from harness.descriptions import ExperimentError, check_space_params
-from harness.trial.correctness import CorrectnessError, unit_roundoff
-from harness.trial.rounds import RoundError, check_carries
-from harness.workloads.base import Workload, WorkloadError
+from harness.boundary.replies import ExperimentError, check_space_params
+from harness.cards.applied import RoundError
+from harness.workloads.base import Workload, WorkloadError, parse_dtype, parse_layout
 
+# What a variant may carry for an input (`Prepared.carries`), for a later round's variants to start from
+# (harness.trial.rounds.carry does it to the inputs).
+CARRY_KINDS = ("memory_format", "dtype")
 EXPECTED_REMOVED = ("Prepared.expected is no longer taken: build the k calls with w.calls(k); the harness computes "
                     "each call's float64 reference")
 
@@ -71,9 +74,21 @@ class Prepared:
             if not floating:
                 raise ExperimentError(f"Prepared.precision={self.precision!r}: name a floating-point dtype")
         try:
-            check_carries(self.carries)
+            _check_carries(self.carries)
         except (RoundError, WorkloadError) as exc:
             raise ExperimentError(f"Prepared.{exc}") from None
+
+
+def _check_carries(carries: dict[str, dict[str, str]]) -> None:
+    """`{input name: {memory_format: ..., dtype: ...}}`, each value one torch knows."""
+    for name, change in carries.items():
+        unknown = set(change) - set(CARRY_KINDS)
+        if unknown:
+            raise RoundError(f"carries[{name!r}]: unknown key(s) {sorted(unknown)}; use {', '.join(CARRY_KINDS)}")
+        if "memory_format" in change and parse_layout(change["memory_format"]) is None:
+            raise RoundError(f"carries[{name!r}].memory_format: name a layout")
+        if "dtype" in change:
+            parse_dtype(change["dtype"], what=f"carries[{name!r}].dtype")
 
 
 VariantFn = Callable[..., "Callable[[], torch.Tensor] | Prepared"]

@@ -1,11 +1,59 @@
-"""The numerics a variant runs and is judged in: a dtype's unit roundoff, the unit of the correctness bound
-(`unit_roundoff`, harness.trial.correctness), and the value a process-global torch setting is pinned to for
-the card being measured, e.g. the math mode its baseline runs under (`pinned_value`, harness.trial.torch_state).
+"""The numerics a variant runs and is judged in: the precisions it may declare (`Prepared.precision`: a floating
+dtype, or TF32), each one's unit roundoff, the unit of the correctness bound (harness.trial.correctness), and the
+value a process-global torch setting is pinned to for the card being measured, e.g. the math mode its baseline
+runs under (`pinned_value`, harness.trial.torch_state).
+
+The precisions are defined here, below the trial that judges them: an experiment's `Prepared` checks its
+declaration with them as it is made, and the worker's judge and evidence (harness.trial.correctness,
+harness.trial.precision) read the same names.
 """
 
 from __future__ import annotations
 
-from harness.trial.correctness import unit_roundoff
-from harness.trial.torch_state import pinned_value
+import torch
 
-__all__ = ["pinned_value", "unit_roundoff"]
+from harness.errors import HarnessError
+from harness.trial.torch_state import pinned_value
+from harness.workloads.base import WorkloadError, dtype_name, parse_dtype
+
+__all__ = ["TF32", "CorrectnessError", "pinned_value", "precision_name", "storage_dtype", "unit_roundoff"]
+
+TF32 = "tf32"  # a math mode of float32 tensors, not a storage dtype: torch has no dtype for it
+_TF32_NAMES = (TF32, "tfloat32")
+_TF32_UNIT_ROUNDOFF = 2.0**-11  # TF32 keeps 10 fraction bits
+
+
+class CorrectnessError(HarnessError):
+    """A correctness rule or precision that cannot be used; one line saying why."""
+
+
+def unit_roundoff(dtype: torch.dtype | str) -> float:
+    """u = half the machine epsilon (round to nearest): 2^-24 float32, 2^-8 bfloat16; 0 for integers."""
+    if isinstance(dtype, str) and dtype.strip().lower() in _TF32_NAMES:
+        return _TF32_UNIT_ROUNDOFF
+    try:
+        parsed = parse_dtype(dtype, "precision")
+    except WorkloadError as exc:
+        raise CorrectnessError(str(exc)) from None
+    if parsed.is_floating_point:
+        return float(torch.finfo(parsed).eps) / 2.0
+    return 0.0
+
+
+def precision_name(precision: str) -> str:
+    """A precision's one spelling: "bf16" -> "bfloat16", "tfloat32" -> "tf32"; a floating dtype or TF32."""
+    if precision.strip().lower() in _TF32_NAMES:
+        return TF32
+    try:
+        parsed = parse_dtype(precision, "precision")
+    except WorkloadError as exc:
+        raise CorrectnessError(str(exc)) from None
+    if not parsed.is_floating_point:
+        raise CorrectnessError(f"precision {precision!r}: name a floating-point dtype")
+    return dtype_name(parsed)
+
+
+def storage_dtype(precision: str) -> torch.dtype | None:
+    """The dtype a tensor of `precision` is stored in; None for TF32, which only float32 math uses."""
+    name = precision_name(precision)
+    return None if name == TF32 else parse_dtype(name)

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from harness.cards.card_check import JUDGES, time_fell
+from harness.cards.diff_rows import CardDiff
 from harness.cards.fields import (
     COMPUTE_BOUND,
     DRAM_BANDWIDTH_BOUND,
@@ -32,10 +33,7 @@ from harness.cards.measures import NO, NOT_MEASURABLE, YES, dominant_metric
 from harness.cards.model import Card
 from harness.errors import HarnessError
 
-if TYPE_CHECKING:  # the diff row a judge reads; harness.cards.diff imports this module
-    from harness.cards.diff import CardDiff
-
-Judge = Callable[["CardDiff", Card, Card], tuple[str, str]]
+Judge = Callable[[CardDiff, Card, Card], tuple[str, str]]
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ from typing import Any, NoReturn, Sequence
 
 from harness.cards.cells import fmt, shorten
 from harness.cards.checks import CheckError
-from harness.cards.diff import ReportDiff, diff_reports
+from harness.cards.diff import diff_reports
 from harness.cards.diff_markdown import render_markdown
+from harness.cards.diff_rows import ReportDiff
 from harness.cards.diff_sides import comparison_note, side_name
 from harness.cards.fields import UNRESOLVED
 from harness.cards.findings import SEVERITIES, exit_status

@@ -8,18 +8,17 @@ Two verdicts, kept apart:
   the numbers in `verdict_detail`. The check is the one the before card's class proposes, unless the
   experiment names its own (harness.cards.checks).
 
-This module builds the rows; the time verdict is harness.cards.time_verdict's, the Markdown
-harness.cards.diff_markdown's.
+This module builds the rows (their types are harness.cards.diff_rows'); the time verdict is
+harness.cards.time_verdict's, the Markdown harness.cards.diff_markdown's.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.cards.card_check import CardCheck, judge_card_check
 from harness.cards.checks import CHECK_FOR_CLASS, check_named
-from harness.cards.diff_markdown import adoption_text, render_markdown, speedup_text, verdict_text
+from harness.cards.diff_rows import CardDiff, ReportDiff
 from harness.cards.diff_sides import variant_of
 from harness.cards.dtype import DEFAULT as DEFAULT_DTYPE
 from harness.cards.fields import UNRESOLVED
@@ -28,7 +27,6 @@ from harness.cards.labels import REPORT_DEVICE, class_source, flag_over_peak, tr
 from harness.cards.layout_conversions import layout_conversions
 from harness.cards.measures import (
     KERNEL_SUM_PER_CALL_BASIS,
-    NOT_MEASURABLE,
     TIMING_BASIS,
     calls_per_invocation,
     card_time_us,
@@ -40,81 +38,7 @@ from harness.cards.measures import (
 from harness.cards.model import Card, Report
 from harness.cards.noise import DEFAULT_THRESHOLD
 from harness.cards.reproduce import Reproduction, reproduce_card
-from harness.cards.time_verdict import VERDICT_RULE_TEXT, confirmation_between, judge_time
-
-# The diff's own names, and those the run (harness.run.execute, harness.report.outputs, harness.run.card_search)
-# imports from here though they live beside it: the table cells, the verdict rule's text, a card's time and calls.
-__all__ = [
-    "VERDICT_RULE_TEXT",
-    "CardDiff",
-    "ReportDiff",
-    "adoption_text",
-    "calls_per_invocation",
-    "card_time_us",
-    "diff_cards",
-    "diff_reports",
-    "render_markdown",
-    "speedup_text",
-    "verdict_text",
-]
-
-
-@dataclass
-class CardDiff:
-    card: str
-    before_us: float | None
-    after_us: float | None
-    speedup: float | None
-    time_basis: str
-    timing_verdict: str | None
-    class_before: str | None
-    class_after: str | None
-    kernels_added: list[str]
-    kernels_removed: list[str]
-    # {family, before_us, after_us}: kernel-duration sums per invocation (KERNEL_SUM_BASIS); divide by
-    # `calls` for per original call.
-    kernels_matched: list[dict[str, Any]]
-    metric_deltas: dict[str, dict[str, float | None]]
-    hypothesis: str
-    check: str
-    verdict: str = NOT_MEASURABLE
-    verdict_detail: str = ""
-    fair: bool = True
-    fairness_note: str = ""
-    notes: list[str] = field(default_factory=list)
-    # How the time verdict was reached: the paired rounds' interval and band, or why there is none.
-    speedup_ci: list[float] | None = None
-    verdict_rule: str = ""
-    # The SAME band the verdict was judged against (relative: 0.05 is [1/1.05, 1.05]; None: no band
-    # decided it), and the row's short account of the numbers that decided it.
-    same_band: float | None = None
-    verdict_numbers: str = ""
-    # The profiler's kernel-duration sums per invocation {before, after}, and each side's original
-    # calls per invocation (a batched variant's k): a second, differently labelled quantity beside the time.
-    kernel_sum_us: dict[str, float | None] = field(default_factory=dict)
-    calls: dict[str, int] = field(default_factory=dict)
-    # The after side's variant {experiment, name, params, label}, and whether it was adopted
-    # (None: not a run's baseline-vs-best comparison, e.g. a baseline-only run or two stored reports).
-    variant: dict[str, Any] | None = None
-    adopted: bool | None = None
-    # Each side's variant when both are measured cards (a diff of two runs' files): which is which.
-    variant_before: dict[str, Any] | None = None
-    variant_after: dict[str, Any] | None = None
-    # The report card's own check (its counter_experiment's last clause), judged on this pair.
-    card_check: str = ""
-    card_verdict: str = NOT_MEASURABLE
-    card_verdict_detail: str = ""
-    # Where each side's class comes from: ncu, cpu estimate, trace estimate (harness.cards.labels).
-    class_source: dict[str, str] = field(default_factory=dict)
-    # The class change as it may honestly be printed: one arrow only within one source on one machine.
-    class_transition: str = ""
-    # A chunk card's row: per contained op card, then "other", {card, before_us, after_us} (harness.trial.chunks).
-    op_breakdown: list[dict[str, Any]] | None = None
-    # Each side's layout-conversion kernels {kernels, dur_us, dram_mb} (harness.cards.layout_conversions).
-    layout_conversions: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+from harness.cards.time_verdict import confirmation_between, judge_time
 
 
 def _fairness(before: Card, after: Card) -> tuple[bool, str]:
@@ -231,24 +155,6 @@ def _row_basis(before: Card, after: Card, both_timed: bool) -> str:
     bases = {time_basis(before, prefer_timing=False), time_basis(after, prefer_timing=False)}
     # A one-call card's sum per invocation is also its sum per original call: one label fits both.
     return bases.pop() if len(bases) == 1 else KERNEL_SUM_PER_CALL_BASIS
-
-
-@dataclass
-class ReportDiff:
-    cards: list[CardDiff]
-    only_before: list[str]
-    only_after: list[str]
-    # Per card, the variants the search refused and why, by the summary's list they are in (skipped,
-    # infeasible, failed): what was tried and is not the best, with the check that refused it.
-    refused: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "cards": [c.as_dict() for c in self.cards],
-            "only_before": self.only_before,
-            "only_after": self.only_after,
-            "refused": self.refused,
-        }
 
 
 def diff_reports(before: Report, after: Report, checks: dict[str, str] | None = None) -> ReportDiff:

@@ -8,15 +8,13 @@ these cells (speedup with interval, adoption, verdict) so that all tables say th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from harness.cards.cells import fmt
+from harness.cards.diff_rows import CardDiff, ReportDiff
 from harness.cards.layout_conversions import LayoutConversions
 from harness.cards.measures import KERNEL_SUM_BASIS, TIMING_BASIS
 from harness.cards.time_verdict import VERDICT_RULE_TEXT
-
-if TYPE_CHECKING:  # harness.cards.diff re-exports this module's cells
-    from harness.cards.diff import CardDiff, ReportDiff
 
 
 def speedup_text(d: CardDiff) -> str:

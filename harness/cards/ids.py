@@ -10,10 +10,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from harness.cards.model import Card
+from typing import Any, Protocol
 
 SIMILAR_CUTOFF = 0.6  # difflib ratio below which an id is not offered as "similar"
 
@@ -46,7 +43,33 @@ def op_kind(op: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in op)[:24] or "op"
 
 
-def _shape_tag(card: Card) -> str:
+class IdParts(Protocol):
+    """What a card's id is made of (harness.cards.model.Card has it): the id is derived from these alone, so
+    this module needs nothing of the model, which names its cards with `derive_card_id`."""
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def resolution(self) -> str | None: ...
+
+    @property
+    def stage(self) -> str: ...
+
+    @property
+    def op(self) -> str: ...
+
+    @property
+    def op_kind(self) -> str: ...
+
+    @property
+    def shape_parameters(self) -> dict[str, Any]: ...
+
+    @property
+    def input_sha256(self) -> str | None: ...
+
+
+def _shape_tag(card: IdParts) -> str:
     p = card.shape_parameters
     kind = card.op_kind
     try:
@@ -102,7 +125,7 @@ def similar_ids(wanted: str, ids: list[str], n: int = 5) -> list[str]:
     return alike[:n]
 
 
-def derive_card_id(card: Card) -> str:
+def derive_card_id(card: IdParts) -> str:
     height = card.resolution.split("x")[0] if card.resolution else "any"
     digest = hashlib.sha256(
         "|".join([card.group, card.resolution or "", card.input_sha256 or ""]).encode()

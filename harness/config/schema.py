@@ -18,7 +18,7 @@ from typing import Any, Mapping, cast
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from harness.jobs import EMULATED_FACTOR, AttentionSettings, CastSettings
+from harness.boundary.spec import EMULATED_FACTOR, AttentionSettings, CastSettings
 
 SCHEMA_NAME = "harness_schema"
 # `experiment=auto` is not an experiment but the mode that picks them per card: its file sets `experiment: null`.

@@ -50,10 +50,11 @@ class Profiler(Protocol):
 
 
 class SpecProfiler(Protocol):
-    """A profiler with `needs_spec = True` (ncu): it rebuilds the trial in a child process from its spec."""
+    """A profiler with `needs_spec = True` (ncu): it rebuilds the trial in a child process from its Measure
+    request (harness.boundary.requests), which carries the card's spec."""
 
     name: str
     needs_spec: bool
 
-    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts, spec: Any = None) -> Profile:
+    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts, request: Any = None) -> Profile:
         ...

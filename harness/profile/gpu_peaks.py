@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from harness.hardware.gpu_peaks import FROM_DEVICE, FROM_NVML, DevicePeaks, lookup
+from harness.profile.nvml import nvml_clocks
 
 
 def for_current_device(
@@ -19,8 +20,6 @@ def for_current_device(
     """Peaks of a CUDA device, with its SM limits and L2 size read from the device itself, and its
     clocks from NVML where pynvml is importable; the table's values only where the device is silent."""
     import torch
-
-    from harness.trial.environment import nvml_clocks
 
     index = torch.cuda.current_device() if device is None else device
     props = torch.cuda.get_device_properties(index)

@@ -1,6 +1,6 @@
 """`profiler=ncu`: each trial re-run in its own process under Nsight Compute, with the report's metrics.
 
-The child (harness.profile.ncu_child) rebuilds the card's workload and the variant from a trial spec,
+The child (harness.profile.ncu_child) rebuilds the card's workload and the variant from the trial's Measure,
 warms up outside the NVTX range, then runs the measured call inside the push/pop range that ncu is
 told to include, so set-up, allocation and warm-up kernels are not profiled. The report is read back
 through ncu_report (or ncu's raw-page CSV export) and converted to the report's units.
@@ -21,10 +21,11 @@ Before the first trial the metric list is checked against the chip (`profiler.av
 `auto` asks `ncu --query-metrics` once per GPU, driver and ncu, and reads that answer back from the cache in
 later starts (harness.profile.ncu.metric_cache); a path reads a saved answer, null checks nothing): a metric the
 chip lacks would fail every trial, so it is swapped for an alternative or dropped, with a note on
-every profile. With `profiler.keep_dir` each trial keeps its spec, phase record and report in a folder of
-its own, `<keep_dir>/<card id>/<NNN>_<role>_<variant>/`, numbered in the order they ran (a session waits in
-`<keep_dir>/.pending/` until its trial is known); without it the trial's temporary folder is removed once
-the report is read. Every profile records which ncu ran (its path and `ncu --version` line).
+every profile. With `profiler.keep_dir` each trial keeps its job, phase record and report in a folder of
+its own, `<keep_dir>/<card id>/<NNN>_<role>_<variant>/` (role: baseline or trial), numbered in the order they
+ran (a session waits in `<keep_dir>/.pending/` until its trial is known); without it the trial's temporary
+folder is removed once the report is read. Every profile records which ncu ran (its path and `ncu --version`
+line).
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, cast
 
+from harness.boundary.framing import plain
+from harness.boundary.requests import Measure
 from harness.cards.fields import SOURCE_NCU
-from harness.jobs import TrialJob
 from harness.profile.base import Profile, ProfilerUnavailable, WorkloadFacts
 from harness.profile.gpu_peaks import for_current_device
 from harness.profile.ncu import metric_cache
@@ -132,15 +134,15 @@ def chip_metrics(setting: Any, ncu: str) -> tuple[set[str] | None, str, str | No
         ) from None
 
 
-def trial_folder(keep_dir: Path, spec: TrialJob) -> Path:
-    """A new folder for one trial's spec and report: `<keep_dir>/<card>/<NNN>_<role>_<variant>[_<params>]`."""
+def trial_folder(keep_dir: Path, request: Measure) -> Path:
+    """A new folder for one trial's job and report: `<keep_dir>/<card>/<NNN>_<role>_<variant>[_<params>]`."""
     def clean(text: str) -> str:
         return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
 
-    card_dir = keep_dir / clean(spec.card_id)
+    card_dir = keep_dir / clean(request.spec.card_id)
     card_dir.mkdir(parents=True, exist_ok=True)
-    name = f"{clean(spec.role)}_{clean(spec.variant or 'baseline')}"
-    params = spec.params
+    name = f"{'baseline' if request.baseline else 'trial'}_{clean(request.variant)}"
+    params = request.params
     if params:
         name += "_" + hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:8]
     number = len([p for p in card_dir.iterdir() if p.is_dir()])
@@ -222,19 +224,19 @@ class NcuProfiler:
             self._plan, self._plan_source = plan, source
         return self._plan
 
-    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts, spec: TrialJob | None = None) -> Profile:
-        if spec is None:
-            raise ProfilerUnavailable("profiler=ncu profiles a trial in a child process and needs its trial spec")
+    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts, request: Measure | None = None) -> Profile:
+        if request is None:
+            raise ProfilerUnavailable("profiler=ncu profiles a trial in a child process and needs its Measure request")
         plan = self.metric_plan()
         session, dropped = self._take_pending()
         if session is not None:
             workdir = session.folder
         elif self.keep_dir:
-            workdir = trial_folder(Path(self.keep_dir), spec)
+            workdir = trial_folder(Path(self.keep_dir), request)
         else:
             workdir = Path(tempfile.mkdtemp(prefix="harness-ncu-"))
         try:
-            workdir, run = self._run(workdir, spec, session)
+            workdir, run = self._run(workdir, request, session)
             if dropped:
                 run.cost["dropped_session"] = dropped
             return self._read(workdir, run, plan)
@@ -257,11 +259,11 @@ class NcuProfiler:
             metrics=self.metric_plan().metrics,
         )
 
-    def _run(self, workdir: Path, spec: TrialJob, session: PendingSession | None) -> tuple[Path, _Run]:
+    def _run(self, workdir: Path, request: Measure, session: PendingSession | None) -> tuple[Path, _Run]:
         """ncu's run of the trial, in `session` or cold; the folder it ended in (a kept pre-started one is
         moved to the trial's own) and what the run was. The next trial's session starts as soon as this
         trial's ncu runs, so it imports while this trial profiles."""
-        job = {"spec": spec.to_json(), "nvtx_range": NVTX_RANGE}
+        job = {"measure": plain(request), "nvtx_range": NVTX_RANGE}
         try:
             if session is None:
                 write_job(workdir, job)
@@ -277,7 +279,7 @@ class NcuProfiler:
             ended = time.time()
         finally:
             if session is not None and self.keep_dir:
-                kept = trial_folder(Path(self.keep_dir), spec)
+                kept = trial_folder(Path(self.keep_dir), request)
                 os.replace(workdir, kept)  # onto the empty folder that claimed the trial's number
                 workdir = kept
             self._judge_chain(workdir)

@@ -1,9 +1,10 @@
-"""The process ncu profiles: rebuild one trial from its job and run it inside the NVTX range.
+"""The process ncu profiles: rebuild one trial from its Measure request and run it inside the NVTX range.
 
     python -m harness.profile.ncu_child JOB.json [--wait] [--owner PID] [--wait-limit S]
                                                  [--launched EPOCH] [--phases OUT.json]
 
-JOB.json is `{"spec": TrialJob.to_json(), "nvtx_range": NAME}`. Without --wait it must exist at the start
+JOB.json is `{"measure": <the trial's Measure (harness.boundary.requests), as the worker got it>, "nvtx_range":
+NAME}`. Without --wait it must exist at the start
 (a cold trial). With --wait (a session started ahead of its trial, harness.profile.ncu.session) this
 process imports torch and the harness, then waits for JOB.json to appear without touching CUDA: until the
 job arrives it holds no context on the GPU, and ncu, which starts profiling at the first CUDA call, has
@@ -120,16 +121,18 @@ def _sync_for(device: str) -> Any:
 
 
 def run_trial(written: dict[str, Any], clock: PhaseClock) -> None:
-    """The trial's callable, rebuilt from its job: warmed up outside the NVTX range, then one call inside
+    """The trial's callable, rebuilt from its Measure: warmed up outside the NVTX range, then one call inside
     it (what ncu profiles)."""
     import torch
 
     from harness.api.experiment import load_experiment
-    from harness.jobs import BASELINE, TrialJob
+    from harness.boundary.framing import typed
+    from harness.boundary.requests import Measure
     from harness.trial.build import build_trial_workload, prepare_baseline
 
     with clock.phase("job_decode"):
-        spec = TrialJob.from_json(written["spec"])
+        request: Measure = typed(Measure, written["measure"], "ncu job")
+        spec = request.spec
         nvtx_range = str(written["nvtx_range"])
         card = spec.load_card()  # as the run has it: no report is re-read or re-linted here
     with clock.phase("experiment_import"):
@@ -143,13 +146,13 @@ def run_trial(written: dict[str, Any], clock: PhaseClock) -> None:
     with clock.phase("workload_build"):
         workload, carried = build_trial_workload(spec, card, experiment)
     with clock.phase("variant_prepare"):
-        if spec.role == BASELINE:
+        if request.baseline:
             fn = prepare_baseline(spec, workload, experiment)[0].fn
         else:
-            assert spec.variant is not None  # every role but the baseline's names its variant
-            fn = experiment.prepare(spec.variant, carried, spec.params).fn
+            fn = experiment.prepare(request.variant, carried, request.params).fn
     with clock.phase("warm_up"):  # under ncu, outside the NVTX range: nothing of it is profiled
-        for _ in range(WARMUP_CALLS if spec.warmup is None else spec.warmup):
+        warmup = spec.timing.warmup
+        for _ in range(WARMUP_CALLS if warmup is None else warmup):
             fn()
         sync()
     with clock.phase("profiled_call"):
@@ -200,6 +203,7 @@ def _serve(args: argparse.Namespace, clock: PhaseClock) -> dict[str, Any]:
         import torch
     with clock.phase("harness_import"):
         import harness.api.experiment  # noqa: F401  (what run_trial imports, timed apart from the job's own work)
+        import harness.boundary.framing  # noqa: F401
         import harness.trial.build  # noqa: F401
     clock.mark("ready")
     # Nothing imported so far may touch the GPU: a waiting session must hold nothing there.

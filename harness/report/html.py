@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness.cards.cells import fmt, shorten
-from harness.cards.diff import ReportDiff
 from harness.cards.diff_markdown import (
     basis_header,
     interval_text,
     kernel_sum_text,
     outcome_text,
 )
+from harness.cards.diff_rows import ReportDiff
 from harness.cards.diff_sides import variant_of
 from harness.cards.kernel_families import kernel_rows
 from harness.cards.labels import class_label
@@ -273,7 +273,7 @@ def card_section(view: CardView) -> str:
             f"<h3>Classification</h3>{_class_block(view)}"
             f"<h3>Correctness</h3>{_correctness_block(view)}"
             f"<h3>Roofline</h3>{_roofline_block(view)}"
-            + (f"<h3>Search</h3>{study_block(view)}" if view.study is not None else "")
+            + (f"<h3>Search</h3>{study_block(view.study)}" if view.study is not None else "")
             + "</section>")
 
 
@@ -332,10 +332,10 @@ def render_run_html(run_dir: Path) -> str:
     run_dir = Path(run_dir)
     files = read_run_files(run_dir)
     views = _views(files.baseline, files.tried, files.diff, ("baseline", "variant"))
-    load_studies(views, files.storage)
-    for view in views:
+    for view, study in zip(views, load_studies([view.before for view in views], files.storage)):
+        view.study = study
         if view.after is None:
-            view.missing_reason = missing_reason(view)
+            view.missing_reason = missing_reason(study)
     tail = (f"<details><summary>summary.md</summary><pre>{esc(files.summary)}</pre></details>"
             if files.summary is not None else "")
     experiment = _experiment(files.baseline)

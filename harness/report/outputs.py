@@ -7,27 +7,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.boundary.replies import ExperimentFacts
 from harness.cards.chunk_breakdown import attach_op_breakdowns
-from harness.cards.diff import (
-    VERDICT_RULE_TEXT,
-    CardDiff,
-    ReportDiff,
-    adoption_text,
-    card_time_us,
-    diff_cards,
-    render_markdown,
-    speedup_text,
-    verdict_text,
-)
+from harness.cards.diff import diff_cards
+from harness.cards.diff_markdown import adoption_text, render_markdown, speedup_text, verdict_text
+from harness.cards.diff_rows import CardDiff, ReportDiff
 from harness.cards.dtype import DEFAULT as DEFAULT_DTYPE
 from harness.cards.labels import transition
 from harness.cards.measured import experiment_evidence, facts_not_in_tables
-from harness.cards.measures import TIMING_BASIS
+from harness.cards.measures import TIMING_BASIS, card_time_us
 from harness.cards.model import Card, Report, renamed_id_lines, save_report, write_json_atomic, write_text_atomic
 from harness.cards.reproduce import CardReproduction, Reproduction, headline, reproduce
 from harness.cards.rules import RuleSet, class_counts, rules_text
+from harness.cards.time_verdict import VERDICT_RULE_TEXT
 from harness.config.schema import experiment_of
-from harness.descriptions import ExperimentFacts
 from harness.report.html import write_run_html
 from harness.report.overview import CardResult, render_end_to_end
 from harness.report.recipe import render_recipe

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from harness.cards.diff import CardDiff
 from harness.cards.diff_markdown import speedup_text, verdict_text
+from harness.cards.diff_rows import CardDiff
 from harness.cards.measures import card_time_us
 from harness.cards.model import Card, Report
 

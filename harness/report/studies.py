@@ -3,13 +3,14 @@
 The page must render whatever state the storage is in (no storage, a locked or foreign database, a
 study fANOVA refuses), so every failure to read becomes a note on the page, never a crash, and a
 card without a variant says why: a failed search is told from a baseline-only experiment by its trials.
+It reads cards and gives a `StudyView` per card; harness.report.html puts them on its card views.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 import matplotlib
 import optuna
@@ -18,13 +19,11 @@ from matplotlib.ticker import MaxNLocator
 from optuna.storages import BaseStorage
 
 from harness.cards.cells import fmt
+from harness.cards.model import Card
 from harness.report.html_parts import Num, esc, html_table
 from harness.report.plots import BEFORE_COLOR, plain, svg
 from harness.search.errors import SearchError
 from harness.search.storage import make_storage
-
-if TYPE_CHECKING:  # the views the page is made of; harness.report.html imports this module
-    from harness.report.html import CardView
 
 
 @dataclass
@@ -51,45 +50,40 @@ def _importances(study: optuna.Study, done: list[optuna.trial.FrozenTrial]) -> t
     return dict(values), f"fANOVA over {len(done)} completed trials{note}"
 
 
-def load_studies(views: list[CardView], storage: str | None) -> None:
-    """Attach each card's study (`<experiment>:<card id>`); every failure becomes a note, never a crash."""
+def load_studies(cards: list[Card], storage: str | None) -> list[StudyView]:
+    """Each card's study (`<experiment>:<card id>`), in the cards' order; every failure becomes a note, never a
+    crash."""
     if storage is None:
-        for view in views:
-            view.study = StudyView(None, [], None, "", note="no Optuna storage in this run directory")
-        return
+        return [StudyView(None, [], None, "", note="no Optuna storage in this run directory") for _ in cards]
     try:
         opened = make_storage(storage)  # the search's own factory: sqlite, server URLs and journal files alike
     except SearchError as exc:  # not a storage, locked, unreachable: say so on the page
-        for view in views:
-            view.study = StudyView(None, [], None, "", note=str(exc))
-        return
-    _attach_studies(views, opened)
+        return [StudyView(None, [], None, "", note=str(exc)) for _ in cards]
+    names = set(optuna.study.get_all_study_names(opened))
+    return [_study_of(card, names, opened) for card in cards]
 
 
-def _attach_studies(views: list[CardView], storage: BaseStorage) -> None:
-    names = set(optuna.study.get_all_study_names(storage))
-    for view in views:
-        experiment = (view.before.extra.get("harness") or {}).get("experiment")
-        name: str | None = f"{experiment}:{view.card_id}"
-        if name not in names:
-            matches = [n for n in names if n.endswith(f":{view.card_id}")]
-            name = matches[0] if len(matches) == 1 else None
-        if name is None:
-            view.study = StudyView(None, [], None, "", note="no study for this card (nothing was searched)")
-            continue
-        try:
-            study = optuna.load_study(study_name=name, storage=storage)
-            trials = study.get_trials(deepcopy=False)
-            done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
-            importances, note = _importances(study, done)
-            view.study = StudyView(name, trials, importances, note)
-        except Exception as exc:
-            view.study = StudyView(name, [], None, "", note=f"study {name} unreadable ({type(exc).__name__}: {exc})")
+def _study_of(card: Card, names: set[str], storage: BaseStorage) -> StudyView:
+    experiment = (card.extra.get("harness") or {}).get("experiment")
+    name: str | None = f"{experiment}:{card.id}"
+    if name not in names:
+        matches = [n for n in names if n.endswith(f":{card.id}")]
+        name = matches[0] if len(matches) == 1 else None
+    if name is None:
+        return StudyView(None, [], None, "", note="no study for this card (nothing was searched)")
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+        trials = study.get_trials(deepcopy=False)
+        done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+        importances, note = _importances(study, done)
+        return StudyView(name, trials, importances, note)
+    except Exception as exc:
+        return StudyView(name, [], None, "", note=f"study {name} unreadable ({type(exc).__name__}: {exc})")
 
 
-def missing_reason(view: CardView) -> str:
-    """Why a card has no variant tried: the study tells a failed search from a baseline-only experiment."""
-    trials = view.study.trials if view.study else []
+def missing_reason(study: StudyView | None) -> str:
+    """Why a card has no variant tried: its study tells a failed search from a baseline-only experiment."""
+    trials = study.trials if study else []
     if not trials:
         return "baseline only: no variant was searched for this card"
     counts: dict[str, int] = {}
@@ -153,11 +147,8 @@ def importance_svg(importances: Mapping[str, float]) -> str:
     return svg(fig)
 
 
-def study_block(view: CardView) -> str:
+def study_block(s: StudyView) -> str:
     """The card's Search section: the history and importance plots, and every trial with its status."""
-    s = view.study
-    if s is None:
-        return ""
     if not s.trials:
         return f'<p class="note">Optuna: {esc(s.note or "the study has no trials")}</p>'
     figures = [f'<figure>{history_svg(s.trials)}<figcaption>Optimization history of study '

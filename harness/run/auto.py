@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from harness.boundary.replies import Described, ExperimentFacts
+from harness.boundary.requests import Describe
 from harness.cards.dtype import CardDtype, DtypeError, card_dtype, declared_rules
 from harness.cards.fields import UNRESOLVED
 from harness.cards.ids import CHUNK_OP_KINDS
@@ -30,7 +32,6 @@ from harness.cards.model import (
 from harness.cards.reproduce import Reproduction
 from harness.cards.rules import classify_report
 from harness.config.schema import AUTO, ExperimentConfig, HarnessConfig, experiment_of
-from harness.descriptions import DescribeJob, Description, ExperimentFacts
 from harness.report.html import render_index_html
 from harness.report.outputs import reproduction_of
 from harness.report.overview import CardResult, render_end_to_end
@@ -57,7 +58,7 @@ def candidate_experiments(configs: Mapping[str, ExperimentConfig], worker: Trial
                           deadline_s: float | None) -> dict[str, ExperimentFacts]:
     """The experiments `auto` may choose from (every composed experiment config but auto and reprofile), as the
     worker describes them; the first one that cannot be loaded, in the configs' order, is an ExperimentError."""
-    described = describe(worker, DescribeJob(experiments={name: (c.module, c.name) for name, c in configs.items()}),
+    described = describe(worker, Describe(experiments={name: (c.module, c.name) for name, c in configs.items()}),
                          deadline_s)
     return {name: described.experiment(name) for name in configs}
 
@@ -97,7 +98,7 @@ def run_auto(cfg: HarnessConfig, run_dir: Path, compose: Compose, options: list[
     deadline = cfg.search.trial_deadline_s
     experiments = candidate_experiments({name: experiment_of(c) for name, c in configs.items()}, worker, deadline)
     report = classify_report(lint_report(load_report(cfg.report)).normalized, rules_of(cfg))
-    derived = describe(worker, DescribeJob(report=report.to_dict(), device=cfg.device), deadline)
+    derived = describe(worker, Describe(report=report.to_dict(), device=cfg.device), deadline)
     with_chunks = with_report_cards(report, derived)
     # Cards whose workload this install cannot build (the chunk cards without diffusers) are left out with a
     # note, so the rest of the selection still runs.
@@ -138,7 +139,7 @@ def _selector(cfg: HarnessConfig) -> Any:
     return cfg.cards or cfg.auto.default_cards
 
 
-def _selected(cfg: HarnessConfig, report: Report, with_chunks: Report, derived: Description) -> list[Card]:
+def _selected(cfg: HarnessConfig, report: Report, with_chunks: Report, derived: Described) -> list[Card]:
     """The cards `cards=` (or auto.default_cards) selects, on the device the worker resolved."""
     selector = _selector(cfg)
     if not selector:
@@ -186,7 +187,7 @@ def _sub_runs(run_dir: Path, configs: Mapping[str, HarnessConfig], plan: AutoPla
 
 def buildable(cards: list[Card], unavailable: Mapping[str, str]) -> tuple[list[Card], dict[str, str]]:
     """The cards whose workload this install can build, and the others (card id -> what is missing and how to
-    install it: `unavailable`, by op kind, as the worker found it: harness.workloads.registry.unavailable)."""
+    install it: `unavailable`, by op kind, as the worker found it: harness.trial.describe)."""
     kept, left_out = [], {}
     for card in cards:
         why = unavailable.get(card.op_kind)

@@ -9,10 +9,14 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 
+from harness.boundary.outcomes import OUTCOMES, TrialStatus, status_of
+from harness.boundary.replies import Confirmed, Judgement, Measured, Reply, Retimed
+from harness.boundary.requests import ConfirmPlan
+from harness.boundary.spec import CardSpec, TimingSettings
 from harness.cards.applied import (
     APPLIED_KEY,
     RoundError,
@@ -27,10 +31,8 @@ from harness.cards.kernel_match import report_names
 from harness.cards.model import Card, Report, ReportError, load_report, save_report
 from harness.cards.noise import paired_verdict
 from harness.config.schema import ExperimentConfig, experiment_of
-from harness.jobs import OUTCOMES, ConfirmPlan, Judgement, TimingSettings, TrialJob, TrialResult, TrialStatus, status_of
-from harness.protocol import TrialFailed, WorkerError
 from harness.run.state import CardOutcome, RunContext, RunError, same_band
-from harness.run.worker import CardSession, quiet_trial_failures
+from harness.run.worker import CardSession, TrialFailed, WorkerError, quiet_trial_failures
 from harness.search import (
     SearchPlan,
     best_feasible,
@@ -44,6 +46,8 @@ from harness.search import (
 )
 
 log = logging.getLogger("harness")
+
+_R = TypeVar("_R", bound=Reply)
 
 
 def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcome:
@@ -60,7 +64,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     except RoundError as exc:
         raise RunError(f"card {card.id}: {exc}") from None
     label = _baseline_label(ctx, report_path, applied)
-    session = CardSession(ctx.worker, _card_job(ctx, card, trials_dir, applied), ctx.cfg.search.trial_deadline_s)
+    session = CardSession(ctx.worker, _card_spec(ctx, card, trials_dir, applied), ctx.cfg.search.trial_deadline_s)
     quiet_trial_failures()
     ctx.count_worker_starts()  # the run's set-up started the worker (or a new one after an earlier run's)
     if ctx.progress is not None:
@@ -105,8 +109,8 @@ def decided_dtype(ctx: RunContext, card: Card, applied: list[dict[str, Any]]) ->
         raise RunError(str(exc)) from None
 
 
-def _card_job(ctx: RunContext, card: Card, trials_dir: Path, applied: list[dict[str, Any]]) -> TrialJob:
-    """The card's own job, every request of the card made from it (so a new child can rebuild the card)."""
+def _card_spec(ctx: RunContext, card: Card, trials_dir: Path, applied: list[dict[str, Any]]) -> CardSpec:
+    """The card's spec, carried by every request of the card (so a new child can rebuild the card)."""
     cfg, experiment_cfg = ctx.cfg, experiment_of(ctx.cfg)
     scale = cfg.workload.scale or (1.0 if ctx.device.startswith("cuda") else cfg.workload.cpu_scale)
     cast_cfg = cfg.workload.cast
@@ -118,7 +122,7 @@ def _card_job(ctx: RunContext, card: Card, trials_dir: Path, applied: list[dict[
         profiler_cfg["metric_set"] = ctx.experiment.metric_set
     profiler_cfg["name"] = ctx.profiler  # resolved: the worker makes the same backend
     slack = cfg.timing.physics_slack
-    return TrialJob(
+    return CardSpec(
         dtype=decided_dtype(ctx, card, applied),
         adopted=_adopted_in_chunk(experiment_cfg, card),
         card=card.to_dict(), experiment_module=experiment_cfg.module, device=ctx.device, scale=scale,
@@ -132,7 +136,7 @@ def _card_job(ctx: RunContext, card: Card, trials_dir: Path, applied: list[dict[
     )
 
 
-def _account(ctx: RunContext, reply: TrialResult) -> TrialResult:
+def _account(ctx: RunContext, reply: _R) -> _R:
     """A reply's phase timings (and the worker's starts since the last reply) into the run's phases."""
     seconds = reply.seconds
     ctx.phases["measurement_s"] += seconds.get("timing_s", 0.0)
@@ -148,7 +152,7 @@ def _measure_baseline(ctx: RunContext, session: CardSession, card: Card, label: 
     """The baseline measured, its card; without it nothing can be compared: a RunError (one line)."""
     try:
         reply = _account(ctx, session.measure(
-            role="baseline", variant=ctx.experiment.baseline_name, params={}, label=label,
+            baseline=True, variant=ctx.experiment.baseline_name, params={}, label=label,
             card_path=trials_dir / "baseline.json",
             # The report's kernel names too: whether the baseline ran the report's kernel is judged on them.
             extra={"report_card": {"primary": card.primary, "summed_kernel_us": card.summed_kernel_us,
@@ -180,11 +184,10 @@ def _search(ctx: RunContext, session: CardSession, card: Card, label: dict[str, 
                        "trial": trial.number}
         path = trials_dir / f"trial_{trial.number:04d}_{variant}.json"
         try:
-            reply = _account(ctx, session.measure(role="trial", variant=variant, params=params, label=trial_label,
-                                                  card_path=path))
+            reply = _account(ctx, session.measure(variant=variant, params=params, label=trial_label, card_path=path))
         except WorkerError as exc:  # not this trial's fault, and no later trial can run either
             no_worker.append(str(exc))
-            reply = TrialResult(TrialStatus.FAILED, reason=str(exc))
+            reply = Measured(TrialStatus.FAILED, reason=str(exc))
             trial.study.stop()
         _record(trial, reply)
         state = OUTCOMES[reply.status].optuna_state
@@ -211,7 +214,7 @@ def _search(ctx: RunContext, session: CardSession, card: Card, label: dict[str, 
     return study, plan
 
 
-def _record(trial: optuna.Trial, reply: TrialResult) -> None:
+def _record(trial: optuna.Trial, reply: Measured) -> None:
     """What a trial came to, on the trial (its status, card, judgement and reason)."""
     trial.set_user_attr("status", reply.status.value)
     if reply.card_path:  # written by the worker before it answered
@@ -228,7 +231,7 @@ def _retime(ctx: RunContext, session: CardSession, card: Card, trial: optuna.Tri
     try:
         again = _account(ctx, session.retime(settings))
     except WorkerError as exc:
-        again = TrialResult(TrialStatus.CRASHED, reason=str(exc))
+        again = Retimed(TrialStatus.CRASHED, reason=str(exc))
     if again.ok:
         drift.append({"after_trial": trial.number, "median_us": again.per_call_us})
     else:
@@ -238,7 +241,7 @@ def _retime(ctx: RunContext, session: CardSession, card: Card, trial: optuna.Tri
 
 def _tally(outcome: CardOutcome, study: optuna.Study) -> None:
     """The study's trials that count (surplus and since-retried ones left out) into the card's skipped,
-    infeasible and failed lists, by each trial's status (harness.jobs.OUTCOMES)."""
+    infeasible and failed lists, by each trial's status (harness.boundary.outcomes.OUTCOMES)."""
     counted = budget_trials(study.get_trials(deepcopy=False))
     for trial in counted:
         variant = trial.user_attrs.get("variant", "?")
@@ -303,7 +306,7 @@ def _adopted_in_chunk(experiment: ExperimentConfig, card: Card) -> dict[str, lis
 
 
 def confirm(ctx: RunContext, session: CardSession, trials_dir: Path, tried_path: str, variant: str,
-            params: dict[str, Any]) -> tuple[TrialResult, dict[str, Any]]:
+            params: dict[str, Any]) -> tuple[Confirmed, dict[str, Any]]:
     """Re-time baseline and the tried variant in paired ABBA rounds (in the worker); judge the pair.
 
     The search timed each trial once, minutes apart from the baseline; the verdict is taken from
@@ -317,7 +320,7 @@ def confirm(ctx: RunContext, session: CardSession, trials_dir: Path, tried_path:
     if rounds < 2:
         why = ("timing.confirm_rounds=0: no paired rounds" if rounds < 1
                else "timing.confirm_rounds=1: an interval needs at least 2 paired rounds")
-        return TrialResult(TrialStatus.COMPLETE), _unconfirmed(why, band)
+        return Confirmed(TrialStatus.COMPLETE), _unconfirmed(why, band)
     baseline = str(trials_dir / "baseline.json")
     plan = ConfirmPlan(variant=variant, params=params, rounds=rounds, budget_s=ctx.cfg.timing.budget_s / 4,
                        baseline_card=baseline, tried_card=tried_path, baseline_out=baseline,
@@ -325,9 +328,9 @@ def confirm(ctx: RunContext, session: CardSession, trials_dir: Path, tried_path:
     try:
         reply = session.confirm(plan)
     except WorkerError as exc:
-        reply = TrialResult(TrialStatus.CRASHED, reason=str(exc))
+        reply = Confirmed(TrialStatus.CRASHED, reason=str(exc))
     if not reply.ok or reply.baseline_rounds is None or reply.tried_rounds is None:
-        log.warning("card %s: the confirm rounds failed (%s); nothing is adopted", session.job.card_id, reply.reason)
+        log.warning("card %s: the confirm rounds failed (%s); nothing is adopted", session.spec.card_id, reply.reason)
         return reply, _unconfirmed(f"the confirm rounds failed: {reply.reason}", band)
     before, after = reply.baseline_rounds.round_us, reply.tried_rounds.round_us
     verdict = paired_verdict(before, after, band)
@@ -341,7 +344,7 @@ def _judged_precision(card: Card) -> str | None:
     return None if precision in (None, "same") else str(precision)
 
 
-def _confirmed(tried: Card, base_card: Card, reply: TrialResult, confirmation: dict[str, Any]) -> None:
+def _confirmed(tried: Card, base_card: Card, reply: Confirmed, confirmation: dict[str, Any]) -> None:
     """The verdict on the tried card; a failed confirm's reason on both."""
     tried.extra["confirmation"] = confirmation
     if not reply.ok:

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from harness.boundary.replies import ExperimentFacts
+from harness.boundary.requests import Describe
 from harness.config.schema import HarnessConfig, experiment_of, plain
-from harness.descriptions import DescribeJob, ExperimentFacts
 from harness.run.progress import duration
 from harness.run.worker import TrialWorker
 from harness.search import drawable, plan_search
@@ -107,7 +108,7 @@ def plan_estimate(cfg: HarnessConfig, configs: Mapping[str, HarnessConfig], by_e
         return "Estimated wall time: unknown (no device resolved)."
     from harness.run.execute import describe  # the run's side; imported here: execute does not need this module
 
-    here = describe(worker, DescribeJob(device=device, config=plain(cfg), profiler=dict(cfg.profiler or {})),
+    here = describe(worker, Describe(device=device, config=plain(cfg), profiler=dict(cfg.profiler or {})),
                     cfg.search.trial_deadline_s)
     trials: dict[str, tuple[int, int]] = {}
     for name, cards in by_experiment.items():

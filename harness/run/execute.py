@@ -17,15 +17,15 @@ from pathlib import Path
 
 import optuna
 
+from harness.boundary.replies import Described, ExperimentFacts
+from harness.boundary.requests import Describe
+from harness.boundary.spec import TimingSettings
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, Report, load_report, parse_report, write_json_atomic
 from harness.cards.rules import RuleSet, classify_report
 from harness.config.schema import HarnessConfig, experiment_of, plain
 from harness.config.validate import check_output_dir, validate_config
-from harness.descriptions import DescribeJob, Description, ExperimentFacts
 from harness.errors import HarnessError
-from harness.jobs import TimingSettings
-from harness.protocol import WorkerError
 from harness.report.outputs import card_results, write_outputs, write_page
 from harness.run.card_search import run_card
 from harness.run.progress import RunProgress
@@ -33,7 +33,7 @@ from harness.run.provenance import claim_run_dir
 from harness.run.selection import SelectionError, select_cards
 from harness.run.state import CardOutcome, RunContext, RunError
 from harness.run.stopping import earlier_drift, keep_drift, note_progress
-from harness.run.worker import TrialWorker, warn_unused_memory_limit, worker_for
+from harness.run.worker import TrialWorker, WorkerError, warn_unused_memory_limit, worker_for
 from harness.search import (
     check_new_studies,
     describe_url,
@@ -58,15 +58,19 @@ def rules_of(cfg: HarnessConfig) -> RuleSet:
         raise RunError(str(exc)) from None
 
 
-def describe(worker: TrialWorker, job: DescribeJob, deadline_s: float | None) -> Description:
-    """What the worker answers `job` (harness.descriptions); RunError (one line) when it cannot answer."""
+def describe(worker: TrialWorker, request: Describe, deadline_s: float | None) -> Described:
+    """What the worker answers `request`; RunError (one line) when it cannot answer (it could not start, died,
+    missed the deadline, or describing failed)."""
     try:
-        return worker.describe(job, deadline_s)
+        described = worker.request(request, deadline_s)
     except WorkerError as exc:
         raise RunError(str(exc)) from None
+    if not described.ok:
+        raise RunError(f"the worker could not describe the run: {described.reason}{worker.log_tail()}")
+    return described
 
 
-def with_report_cards(report: Report, described: Description) -> Report:
+def with_report_cards(report: Report, described: Described) -> Report:
     """The normalized report with the cards the worker derived from it (its chunk cards) appended."""
     derived = parse_report({"cards": described.chunk_cards}, "the report's chunk cards").cards
     return replace(report, cards=[*report.cards, *derived])
@@ -79,8 +83,8 @@ class _SetUp:
     experiment: ExperimentFacts
     report: Report  # normalized and classified, with the report's chunk cards
     cards: list[Card]
-    described: Description  # the experiment, the device and its environment
-    derived: Description  # from the report and the device: the profiler, the cast cards' frames
+    described: Described  # the experiment, the device and its environment
+    derived: Described  # from the report and the device: the profiler, the cast cards' frames
 
 
 # Modules the run imports later anyway (the study storage's database layer, the verdicts' t quantiles),
@@ -90,7 +94,7 @@ _IMPORTED_WHILE_THE_WORKER_STARTS = ("sqlalchemy.orm", "alembic.command", "alemb
 
 def _set_up(cfg: HarnessConfig, rules: RuleSet, worker: TrialWorker) -> _SetUp:
     """The experiment, the report, the device, the cards and the profiler, each checked in that order;
-    what needs torch is described by the worker (harness.descriptions), its errors raised here in order."""
+    what needs torch is described by the worker (a Describe request), its errors raised here in order."""
     experiment_cfg = experiment_of(cfg)
     deadline = cfg.search.trial_deadline_s
     # Read while the worker starts (harness.run.worker.TrialWorker.spawn); its error is raised in its turn.
@@ -100,8 +104,8 @@ def _set_up(cfg: HarnessConfig, rules: RuleSet, worker: TrialWorker) -> _SetUp:
         report_error = exc
     for module in _IMPORTED_WHILE_THE_WORKER_STARTS:
         importlib.import_module(module)
-    described = describe(worker, DescribeJob(experiments={"run": (experiment_cfg.module, experiment_cfg.name)},
-                                             device=cfg.device, config=plain(cfg)), deadline)
+    described = describe(worker, Describe(experiments={"run": (experiment_cfg.module, experiment_cfg.name)},
+                                          device=cfg.device, config=plain(cfg)), deadline)
     experiment = described.experiment("run")
     space = dict(experiment_cfg.space or {})
     if space or len(experiment.variants) > 1:
@@ -110,7 +114,7 @@ def _set_up(cfg: HarnessConfig, rules: RuleSet, worker: TrialWorker) -> _SetUp:
     if report_error is not None:
         raise report_error
     profiler = {**(cfg.profiler or {}), **({"metric_set": experiment.metric_set} if experiment.metric_set else {})}
-    derived = describe(worker, DescribeJob(report=normalized.to_dict(), device=described.device, profiler=profiler),
+    derived = describe(worker, Describe(report=normalized.to_dict(), device=described.device, profiler=profiler),
                        deadline)
     report = with_report_cards(normalized, derived)
     if described.device is None:

@@ -6,13 +6,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.cards.diff import ReportDiff
+from harness.boundary.replies import ExperimentFacts
+from harness.boundary.spec import TimingSettings
+from harness.cards.diff_rows import ReportDiff
 from harness.cards.model import Card, Report
 from harness.cards.rules import RuleSet
 from harness.config.schema import HarnessConfig
-from harness.descriptions import ExperimentFacts
 from harness.errors import HarnessError
-from harness.jobs import TimingSettings
 from harness.run.progress import RunProgress
 from harness.run.worker import TrialWorker
 

@@ -3,7 +3,8 @@
 A sweep runs variants nobody has run before; some segfault, raise, run out of memory or hang. The
 parent (the Hydra app, which owns Optuna, the storage and the outputs) never calls a variant itself:
 one worker child (`python -m harness.trial`, harness/trial/__main__.py) does, and answers each request
-with one JSON line on a private pipe. The parent waits for the answer under a deadline (`search.trial_deadline_s`):
+(harness.boundary: Describe, Measure, Retime, Confirm) with its typed reply, one JSON line each way on a
+private pipe. The parent waits for the answer under a deadline (`search.trial_deadline_s`):
 
 - an exception in the variant: the answer says `ExceptionType: message`; the child stays up;
 - out of memory (torch.OutOfMemoryError, MemoryError, a CPU allocator's "can't allocate memory"):
@@ -15,10 +16,11 @@ with one JSON line on a private pipe. The parent waits for the answer under a de
 The child is started once per process (importing torch costs seconds; one child serves every run of
 the process, e.g. experiment=auto's sub-runs, logging to each run's folder) and again only after it
 died, was killed, or hit a CUDA error that leaves its context unusable. It is also where the run learns
-what it needs of the torch side before measuring (the device, the experiment's variants, the profiler,
-the report's chunk cards: harness.descriptions), so the parent never imports torch. The deadline covers every
+what it needs of the torch side before measuring (a Describe: the device, the experiment's variants, the
+profiler, the report's chunk cards), so the parent never imports torch. The deadline covers every
 request: the baseline, each trial, the drift re-time after it and the confirm rounds. It
-rebuilds a card's workload from the same spec the ncu child gets and keeps it, with the experiment's
+rebuilds a card's workload from the card's spec, which every card request carries (the ncu child gets the
+same), and keeps it, with the experiment's
 prepared baseline and the correctness reference, until a request for another card comes, so the
 trials of one card pay the set-up once. Every output is judged against the workload's float64
 reference (harness.trial.correctness), computed once per card when the baseline is measured and saved, with
@@ -30,10 +32,11 @@ The child ignores SIGINT and runs in its own session: Ctrl-C reaches the parent 
 the child. It dies with the parent (PR_SET_PDEATHSIG on Linux, else a watchdog thread). Its stdout
 and stderr go to `worker.log` in the run directory (faulthandler writes a crashed child's Python
 stack there). `search.worker_memory_limit_gb` caps the child's address space (RLIMIT_AS, Linux, CPU
-device only, from its first CPU job on) so a runaway CPU variant fails with an allocation error instead of
+device only, from its first CPU card request on) so a runaway CPU variant fails with an allocation error instead of
 taking the machine.
 
-This module is the run's side of it.
+This module is the run's side of it: the child's life cycle, its requests, and what a request that got no
+reply comes to (WorkerError when no child can start, else a CRASHED or DEADLINE reply).
 """
 
 from __future__ import annotations
@@ -51,23 +54,58 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from harness.descriptions import DescribeJob, Description
-from harness.jobs import ConfirmPlan, JobKind, TimingSettings, TrialJob, TrialResult, TrialStatus
-from harness.protocol import (
+from harness.boundary.framing import (
     ENV_CPU_THREADS,
     ENV_LOG,
     ENV_MEMORY_LIMIT,
     ENV_PARENT,
-    STARTUP_TIMEOUT_S,
-    TrialFailed,
-    WorkerError,
-    exit_reason,
+    read_reply,
+    request_line,
+    send,
 )
+from harness.boundary.outcomes import TrialStatus
+from harness.boundary.replies import Confirmed, Measured, Retimed
+from harness.boundary.requests import Confirm, ConfirmPlan, Measure, R, Request, Retime
+from harness.boundary.spec import CardSpec, TimingSettings
 
 if TYPE_CHECKING:  # annotations only: the worker child imports this package, and needs no Hydra
     from harness.config.schema import HarnessConfig
 
 log = logging.getLogger("harness")
+
+STARTUP_TIMEOUT_S = 300.0  # a child that has not said "ready" by then is broken (an import that hangs)
+
+_SIGNAL_MEANING = {
+    "SIGSEGV": "segmentation fault",
+    "SIGBUS": "bus error",
+    "SIGABRT": "aborted",
+    "SIGFPE": "floating-point exception",
+    "SIGILL": "illegal instruction",
+    "SIGKILL": "killed (the kernel's OOM killer, or kill -9)",
+    "SIGTERM": "terminated",
+}
+
+
+class WorkerError(RuntimeError):
+    """The worker process cannot be started; one line saying why."""
+
+
+class TrialFailed(Exception):
+    """Raised by an objective so that Optuna records the trial as FAIL; the message is the reason."""
+
+
+def exit_reason(returncode: int | None) -> str:
+    """Why the child went away, from its exit status."""
+    if returncode is None:
+        return "worker process went away"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        meaning = _SIGNAL_MEANING.get(name)
+        return f"worker died: {name}" + (f" ({meaning})" if meaning else "") + "; its last output is in worker.log"
+    return f"worker exited with status {returncode} mid-request; its last output is in worker.log"
 
 
 class TrialWorker:
@@ -154,7 +192,7 @@ class TrialWorker:
             why = (f"no answer after {self.startup_timeout_s:g} s" if self._proc.poll() is None
                    else exit_reason(self._proc.returncode))
             self.kill()
-            raise WorkerError(f"the worker process could not start ({why}){self._log_tail()}")
+            raise WorkerError(f"the worker process could not start ({why}){self.log_tail()}")
         seconds = time.perf_counter() - self._spawned_at
         self._ready = True
         self.startups.append(seconds)
@@ -207,32 +245,11 @@ class TrialWorker:
 
     # -- requests ----------------------------------------------------------------------------
 
-    def request(self, job: TrialJob, deadline_s: float | None) -> TrialResult:
-        """Send one job and wait for its result; a crash or a missed deadline is a result too.
+    def request(self, request: Request[R], deadline_s: float | None) -> R:
+        """Send one request and wait for its reply; a crash or a missed deadline is a reply too.
 
         Raises WorkerError only when no child can be started; KeyboardInterrupt kills the child.
         """
-        reply = self._exchange(job.to_json(), deadline_s)
-        if isinstance(reply, TrialResult):
-            return reply
-        result = TrialResult.from_json(reply)
-        if result.restart:
-            self.kill()
-            result = replace(result, reason=result.reason + "; worker restarted (the CUDA context is unusable "
-                             "after this error)")
-        return result
-
-    def describe(self, job: DescribeJob, deadline_s: float | None) -> Description:
-        """What the run needs of the torch side (harness.descriptions), from the child; WorkerError, with why,
-        when it cannot answer (it could not start, died, missed the deadline, or describing failed)."""
-        reply = self._exchange(job.to_json(), deadline_s)
-        if isinstance(reply, TrialResult) or "status" in reply:  # the child's own failure is a TrialResult too
-            failed = reply if isinstance(reply, TrialResult) else TrialResult.from_json(reply)
-            raise WorkerError(f"the worker could not describe the run: {failed.reason}{self._log_tail()}")
-        return Description.from_json(reply)
-
-    def _exchange(self, request: dict[str, Any], deadline_s: float | None) -> dict[str, Any] | TrialResult:
-        """Send one request and read its answer (a JSON object); no answer is a CRASHED or DEADLINE result."""
         if self._proc is None or self._proc.poll() is not None:
             if self._proc is not None:
                 self.kill()
@@ -240,15 +257,11 @@ class TrialWorker:
         elif not self._ready:
             self._await_ready()
         assert self._proc is not None and self._send is not None
-        log_path = str(self.log_path) if self.log_path is not None else None
-        message = (json.dumps({"log_path": log_path, "job": request}) + "\n").encode()
         until = None if deadline_s is None else time.monotonic() + float(deadline_s)
         try:
             try:
-                view = memoryview(message)
-                while view:
-                    view = view[os.write(self._send, view):]
-            except (BrokenPipeError, OSError):
+                send(self._send, request_line(request, str(self.log_path) if self.log_path is not None else None))
+            except OSError:  # the child is gone (a broken pipe): its exit status says why
                 line = None
             else:
                 line = self._read_line(until)
@@ -256,20 +269,25 @@ class TrialWorker:
             self.kill()
             raise
         if line is not None:
-            return cast("dict[str, Any]", json.loads(line))
+            reply = read_reply(line, request.reply)
+            if reply.restart:
+                self.kill()
+                reply = replace(reply, reason=reply.reason + "; worker restarted (the CUDA context is unusable "
+                                "after this error)")
+            return cast(R, reply)
         proc = self._proc
         if proc.poll() is None and until is not None and time.monotonic() >= until:
             assert deadline_s is not None  # until was set from it
             self.kill()
-            return TrialResult(TrialStatus.DEADLINE, reason=f"deadline: no result after {float(deadline_s):g} s "
-                               "(search.trial_deadline_s); the worker was killed")
+            return cast(R, request.reply(TrialStatus.DEADLINE, reason=f"deadline: no result after "
+                                         f"{float(deadline_s):g} s (search.trial_deadline_s); the worker was killed"))
         try:
             proc.wait(timeout=10)  # the pipe closed: the child is exiting
         except subprocess.TimeoutExpired:
             pass
         reason = exit_reason(proc.poll())
         self.kill()
-        return TrialResult(TrialStatus.CRASHED, reason=reason)
+        return cast(R, request.reply(TrialStatus.CRASHED, reason=reason))
 
     def _read_line(self, until: float | None) -> bytes | None:
         """The next line from the child; None at end of file, child exit or `until` (monotonic)."""
@@ -289,7 +307,8 @@ class TrialWorker:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
 
-    def _log_tail(self) -> str:
+    def log_tail(self) -> str:
+        """': ' and the last line the child wrote to worker.log, or nothing: what a one-line error ends with."""
         if self.log_path is None or not self.log_path.exists():
             return ""
         lines = [s for s in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines() if s.strip()]
@@ -301,7 +320,7 @@ _WORKER: TrialWorker | None = None
 
 def worker_for(cfg: HarnessConfig, device: str | None = None) -> TrialWorker:
     """This process's worker, with the run's limits: `timing.cpu_threads` for a CPU device, and
-    `search.worker_memory_limit_gb` (Linux), which the child applies from its first CPU job on.
+    `search.worker_memory_limit_gb` (Linux), which the child applies from its first CPU card request on.
 
     `device`: the run's, once described (before: the configured one, so `device=auto` takes the CPU's
     threads until the worker has resolved it). One worker serves every run of the process (experiment=auto
@@ -337,26 +356,24 @@ def close_worker() -> None:
 
 
 class CardSession:
-    """The requests of one card: each a TrialJob made from the card's own (so a new child can rebuild it)."""
+    """The requests of one card, each carrying the card's spec (so a new child can rebuild the card)."""
 
-    def __init__(self, worker: TrialWorker, job: TrialJob, deadline_s: float | None):
+    def __init__(self, worker: TrialWorker, spec: CardSpec, deadline_s: float | None):
         self.worker = worker
-        self.job = job
+        self.spec = spec
         self.deadline_s = deadline_s
 
-    def measure(self, *, role: str, variant: str, params: dict[str, Any], label: dict[str, Any],
-                card_path: Path, extra: dict[str, Any] | None = None) -> TrialResult:
-        job = self.job.for_trial(variant, params, role, kind=JobKind.MEASURE, label=label,
-                                 card_path=str(card_path), extra=extra or {})
-        return self.worker.request(job, self.deadline_s)
-
-    def retime(self, settings: TimingSettings) -> TrialResult:
-        return self.worker.request(replace(self.job, kind=JobKind.RETIME, role="drift", retime=settings),
+    def measure(self, *, variant: str, params: dict[str, Any], label: dict[str, Any], card_path: Path,
+                baseline: bool = False, extra: dict[str, Any] | None = None) -> Measured:
+        return self.worker.request(Measure(spec=self.spec, variant=variant, params=params, baseline=baseline,
+                                           label=label, card_path=str(card_path), extra=extra or {}),
                                    self.deadline_s)
 
-    def confirm(self, plan: ConfirmPlan) -> TrialResult:
-        return self.worker.request(replace(self.job, kind=JobKind.CONFIRM, role="confirm", confirm=plan),
-                                   self.deadline_s)
+    def retime(self, timing: TimingSettings) -> Retimed:
+        return self.worker.request(Retime(spec=self.spec, timing=timing), self.deadline_s)
+
+    def confirm(self, plan: ConfirmPlan) -> Confirmed:
+        return self.worker.request(Confirm(spec=self.spec, plan=plan), self.deadline_s)
 
 
 class _QuietTrialFailures(logging.Filter):

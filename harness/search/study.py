@@ -26,7 +26,7 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from harness.jobs import TrialStatus
+from harness.boundary.outcomes import TrialStatus
 from harness.search.errors import SearchError
 from harness.search.interrupt import interrupted
 from harness.search.space import Space, configurations, discrete_size

@@ -1,1 +1,2 @@
-"""The worker child (`python -m harness.trial`): a trial rebuilt from its job, measured, judged and profiled."""
+"""The worker child (`python -m harness.trial`): each request answered; a trial rebuilt from its card's spec,
+measured, judged and profiled."""

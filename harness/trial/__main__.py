@@ -1,30 +1,33 @@
 """The worker child's process: `python -m harness.trial REQUEST_FD REPLY_FD`, started by
-harness.run.worker.TrialWorker; one job per line in, one answer per line out: a TrialJob's TrialResult
-(harness.jobs), a DescribeJob's Description (harness.descriptions)."""
+harness.run.worker.TrialWorker. One request line in, one reply line out (harness.boundary.framing), each
+request answered by the handler its type names (`serve`): a Describe by harness.trial.describe, a card
+request by harness.trial.handlers on the card harness.trial.server keeps."""
 
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import signal
 import sys
 import time
-import traceback
-from typing import Any
+from typing import Any, BinaryIO, Callable
 
-from harness.descriptions import DescribeJob, Description
-from harness.jobs import JobKind, TrialJob, TrialResult, TrialStatus
-from harness.protocol import ENV_CPU_THREADS, ENV_LOG, ENV_MEMORY_LIMIT, ENV_PARENT, one_line
+from harness.boundary.framing import (
+    ENV_CPU_THREADS,
+    ENV_LOG,
+    ENV_MEMORY_LIMIT,
+    ENV_PARENT,
+    read_request,
+    ready_line,
+    reply_line,
+    send,
+)
+from harness.boundary.outcomes import TrialStatus
+from harness.boundary.replies import Reply
+from harness.boundary.requests import CardRequest, Confirm, Describe, Measure, Request, Retime
 from harness.trial.describe import describe
-from harness.trial.handlers import answer
+from harness.trial.handlers import confirm, measure, on_card, retime
 from harness.trial.server import Server
-
-
-def _send(fd: int, obj: Any) -> None:
-    view = memoryview((json.dumps(obj, default=str) + "\n").encode())
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _die_with_parent(parent: int | None) -> None:
@@ -78,32 +81,36 @@ def _log_to(path: str) -> None:
 
 class MemoryLimit:
     """search.worker_memory_limit_gb (set by the parent in this process's environment), applied once, before
-    the first CPU job: a describe job or a CUDA run never runs under it (CUDA reserves more address space
-    than any such limit, and `device=auto` is resolved by a describe job)."""
+    the first CPU card request: a Describe or a CUDA run never runs under it (CUDA reserves more address space
+    than any such limit, and `device=auto` is resolved by a Describe)."""
 
     def __init__(self) -> None:
         self.applied = False
 
-    def before(self, job: TrialJob) -> None:
-        if not self.applied and job.device.startswith("cpu"):
+    def before(self, request: Request[Any]) -> None:
+        if not self.applied and isinstance(request, CardRequest) and request.spec.device.startswith("cpu"):
             self.applied = True
             _limit_memory(os.environ.get(ENV_MEMORY_LIMIT))
 
 
-def _answer(request: dict[str, Any], server: Server, limit: MemoryLimit) -> TrialResult | Description:
-    """A describe job's Description, else the trial job's TrialResult; a request that cannot be read, or a
-    description that fails, is a FAILED TrialResult with why (the parent tells the two answers apart)."""
-    try:
-        if request.get("kind") == JobKind.DESCRIBE.value:
-            return describe(DescribeJob.from_json(request))
-        job = TrialJob.from_json(request)
-    except (ValueError, KeyError, TypeError) as exc:
-        return TrialResult(TrialStatus.FAILED, reason=f"bad request: {exc}")
-    except Exception as exc:  # noqa: BLE001 - the child answers whatever describing raised, and stays up
-        traceback.print_exception(exc)
-        return TrialResult(TrialStatus.FAILED, reason=one_line(exc))
-    limit.before(job)
-    return answer(server, job)
+def serve(requests: BinaryIO, replies: int) -> None:
+    """One reply line per request line, in order, until the parent closes the pipe."""
+    server, limit, log_path = Server(), MemoryLimit(), os.environ.get(ENV_LOG) or None
+    handlers: dict[type[Request[Any]], Callable[[Any], Reply]] = {
+        Describe: describe, Measure: on_card(server, measure), Retime: on_card(server, retime),
+        Confirm: on_card(server, confirm)}
+    for line in requests:
+        try:
+            request, named_log = read_request(line)
+        except ValueError as exc:  # answered as a bare reply, which reads as the one the parent expects
+            send(replies, reply_line(Reply(TrialStatus.FAILED, reason=str(exc))))
+            continue
+        if named_log and named_log != log_path:
+            log_path = named_log
+            _log_to(log_path)  # a later run of the same parent process: its own worker.log
+        limit.before(request)
+        send(replies, reply_line(handlers[type(request)](request)))
+        sys.stdout.flush()
 
 
 def main(argv: list[str]) -> int:
@@ -124,25 +131,8 @@ def main(argv: list[str]) -> int:
 
     if os.environ.get(ENV_CPU_THREADS):
         torch.set_num_threads(int(os.environ[ENV_CPU_THREADS]))
-
-    server, limit = Server(), MemoryLimit()
-    log_path = os.environ.get(ENV_LOG) or None
-    _send(replies, {"ready": True, "pid": os.getpid(), "torch_threads": torch.get_num_threads()})
-    for line in requests:
-        if not line.strip():
-            continue
-        try:
-            message = json.loads(line)
-            request = dict(message["job"])
-        except (ValueError, KeyError, TypeError) as exc:
-            result: TrialResult | Description = TrialResult(TrialStatus.FAILED, reason=f"bad request: {exc}")
-        else:
-            if message.get("log_path") and message["log_path"] != log_path:
-                log_path = message["log_path"]
-                _log_to(log_path)  # a later run of the same parent process: its own worker.log
-            result = _answer(request, server, limit)
-        _send(replies, result.to_json())
-        sys.stdout.flush()
+    send(replies, ready_line(os.getpid(), torch.get_num_threads()))
+    serve(requests, replies)
     return 0  # the parent closed the pipe: the run is over
 
 

@@ -1,10 +1,9 @@
-"""A trial as one typed spec, and the trial rebuilt from it: the card's workload and the callable to run.
+"""A card rebuilt from its spec (harness.boundary.spec.CardSpec): its workload, and its baseline prepared.
 
-The run (harness.run.card_search) makes one `TrialJob` per card and sends it as JSON; the worker and the ncu
-child (harness.profile.ncu_child) rebuild the same trial from it. The spec carries the card itself, as
-the run has it (a chunk card derived from the report, a round-2 card from best.json), so no child
-re-reads or re-lints the report. `applied` lists the variants earlier rounds adopted on the card
-(harness.trial.rounds): they decide the baseline and the inputs the variants start from.
+Every card request carries the card's spec; the worker (harness.trial.server) and the ncu child
+(harness.profile.ncu_child) rebuild the same card from it here, so both measure the same workload. The spec's
+`applied` lists the variants earlier rounds adopted on the card (harness.trial.rounds): they decide the
+baseline and the inputs the variants start from.
 """
 
 from __future__ import annotations
@@ -12,9 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 
 from harness.api.experiment import Experiment, Prepared, load_experiment
+from harness.boundary.spec import CardSpec
 from harness.cards.dtype import card_dtype, tf32_pins
 from harness.cards.model import Card
-from harness.jobs import TrialJob
 from harness.trial.rounds import carry, round_baseline
 from harness.trial.torch_state import pin_for_card
 from harness.workloads.attention import AttentionConfig
@@ -23,12 +22,12 @@ from harness.workloads.cast import CastConfig
 from harness.workloads.registry import build_for_card
 
 
-def build_trial_workload(spec: TrialJob, card: Card, experiment: Experiment) -> tuple[Workload, Workload]:
+def build_trial_workload(spec: CardSpec, card: Card, experiment: Experiment) -> tuple[Workload, Workload]:
     """(the card's workload as built, the same with the applied variants' carries): the baseline of a
     later round is prepared on the first, every variant on the second. "As built" includes the
     experiment's `workload` hook (Experiment.measured_workload), so worker and ncu child measure the same."""
     applied = spec.applied
-    # The run decides the card's dtype (harness.cards.dtype); a job without one (a test's) is decided here alike.
+    # The run decides the card's dtype (harness.cards.dtype); a spec without one (a test's) is decided here alike.
     decided = spec.dtype or card_dtype(card, applied=applied, override=None, declared=[],
                                        experiment_dtype=experiment.workload_dtype)
     pin_for_card(tf32_pins(decided.math, card.op_kind))
@@ -42,7 +41,7 @@ def build_trial_workload(spec: TrialJob, card: Card, experiment: Experiment) -> 
     return workload, carry(workload, applied)
 
 
-def prepare_baseline(spec: TrialJob, workload: Workload, experiment: Experiment) -> tuple[Prepared, Workload]:
+def prepare_baseline(spec: CardSpec, workload: Workload, experiment: Experiment) -> tuple[Prepared, Workload]:
     """The experiment's baseline; on a card with applied variants, the last of them (round 2 reproduces round
     1); and the workload it was prepared on."""
     if spec.applied:

@@ -110,57 +110,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import torch
 
-from harness.errors import HarnessError
-from harness.jobs import EMULATED_FACTOR
-from harness.workloads.base import WorkloadError, dtype_name, parse_dtype
-
-if TYPE_CHECKING:  # harness.trial.precision imports this module
-    from harness.trial.precision import Observed
+from harness.api.numerics import TF32, CorrectnessError, precision_name, storage_dtype, unit_roundoff
+from harness.boundary.spec import EMULATED_FACTOR
+from harness.trial.precision import Observed
+from harness.workloads.base import dtype_name
 
 ACCUMULATOR = torch.float32  # what the kernels accumulate lowered-precision products in
-TF32 = "tf32"  # a math mode of float32 tensors, not a storage dtype: torch has no dtype for it
-_TF32_NAMES = (TF32, "tfloat32")
-_TF32_UNIT_ROUNDOFF = 2.0**-11  # TF32 keeps 10 fraction bits
-
-
-class CorrectnessError(HarnessError):
-    """A correctness rule or precision that cannot be used; one line saying why."""
-
-
-def unit_roundoff(dtype: torch.dtype | str) -> float:
-    """u = half the machine epsilon (round to nearest): 2^-24 float32, 2^-8 bfloat16; 0 for integers."""
-    if isinstance(dtype, str) and dtype.strip().lower() in _TF32_NAMES:
-        return _TF32_UNIT_ROUNDOFF
-    try:
-        parsed = parse_dtype(dtype, "precision")
-    except WorkloadError as exc:
-        raise CorrectnessError(str(exc)) from None
-    if parsed.is_floating_point:
-        return float(torch.finfo(parsed).eps) / 2.0
-    return 0.0
-
-
-def precision_name(precision: str) -> str:
-    """A precision's one spelling: "bf16" -> "bfloat16", "tfloat32" -> "tf32"; a floating dtype or TF32."""
-    if precision.strip().lower() in _TF32_NAMES:
-        return TF32
-    try:
-        parsed = parse_dtype(precision, "precision")
-    except WorkloadError as exc:
-        raise CorrectnessError(str(exc)) from None
-    if not parsed.is_floating_point:
-        raise CorrectnessError(f"precision {precision!r}: name a floating-point dtype")
-    return dtype_name(parsed)
-
-
-def storage_dtype(precision: str) -> torch.dtype | None:
-    """The dtype a tensor of `precision` is stored in; None for TF32, which only float32 math uses."""
-    name = precision_name(precision)
-    return None if name == TF32 else parse_dtype(name)
 
 
 def coarsest(precisions: Iterable[str | None]) -> str | None:

@@ -1,41 +1,54 @@
-"""The worker child's answer to a `DescribeJob` (harness.descriptions): what the run's side needs of the
+"""The worker child's answer to a `Describe` (harness.boundary.requests): what the run's side needs of the
 experiment modules, the device, the profiler backends and the workloads, none of which it imports itself."""
 
 from __future__ import annotations
 
+import traceback
 from typing import Any
 
+from harness.boundary.outcomes import TrialStatus
+from harness.boundary.replies import Described, ExperimentFacts, one_line
+from harness.boundary.requests import Describe
 from harness.cards.model import Card, Report, parse_report
-from harness.descriptions import DescribeJob, Description, ExperimentFacts
 from harness.errors import HarnessError
-from harness.protocol import one_line
 
 
-def describe(job: DescribeJob) -> Description:
-    """Every part `job` asks for; what cannot be described is answered with why, in one line."""
+def describe(request: Describe) -> Described:
+    """Every part `request` asks for; what cannot be described is answered with why, in one line, and a
+    describing that fails is a FAILED reply with why (the child stays up)."""
+    try:
+        return _described(request)
+    except Exception as exc:  # noqa: BLE001 - the child answers whatever describing raised, and stays up
+        traceback.print_exception(exc)
+        return Described(TrialStatus.FAILED, reason=one_line(exc))
+
+
+def _described(request: Describe) -> Described:
+    """Each part asked for, or why it cannot be described; what fails beyond a part's own check raises."""
     from harness.trial.environment import describe_environment, resolve_device
 
     device, device_error = None, None
-    if job.device is not None:
+    if request.device is not None:
         try:
-            device = resolve_device(job.device)
+            device = resolve_device(request.device)
         except ValueError as exc:
             device_error = str(exc)
     experiments: dict[str, ExperimentFacts] = {}
     errors: dict[str, str] = {}
-    for label, (module, name) in job.experiments.items():
+    for label, (module, name) in request.experiments.items():
         try:
             experiments[label] = experiment_facts(module, name, device)
         except HarnessError as exc:
             errors[label] = str(exc)
         except Exception as exc:  # an experiment module that raises as it is imported (a user's, mid-edit)
             errors[label] = f"experiment module {module!r} cannot be imported: {one_line(exc)}"
-    environment = describe_environment(device, job.config) if device is not None and job.config is not None else {}
-    profiler, notes, profiler_error = _profiler(job.profiler, device)
-    derived = _derived(job.report) if job.report is not None else {}
-    return Description(experiments=experiments, experiment_errors=errors, device=device, device_error=device_error,
-                       environment=environment, profiler=profiler, profiler_notes=notes,
-                       profiler_error=profiler_error, **derived)
+    config = request.config
+    environment = describe_environment(device, config) if device is not None and config is not None else {}
+    profiler, notes, profiler_error = _profiler(request.profiler, device)
+    derived = _derived(request.report) if request.report is not None else {}
+    return Described(TrialStatus.COMPLETE, experiments=experiments, experiment_errors=errors, device=device,
+                     device_error=device_error, environment=environment, profiler=profiler, profiler_notes=notes,
+                     profiler_error=profiler_error, **derived)
 
 
 def experiment_facts(module: str, expected_name: str | None, device: str | None) -> ExperimentFacts:
@@ -72,7 +85,7 @@ def _derived(obj: dict[str, Any]) -> dict[str, Any]:
     """What only the workloads derive from a normalized report: its chunk cards (harness.trial.chunks), each output
     cast card's frame count from its report pair, and the op kinds of its cards this install cannot build."""
     from harness.trial.chunks import add_chunk_cards
-    from harness.workloads.registry import cast_frames_from_report, unavailable
+    from harness.workloads.registry import cast_frames_from_report
 
     report = parse_report(obj, "the run's report")
     known = {card.id for card in report.cards}
@@ -80,6 +93,16 @@ def _derived(obj: dict[str, Any]) -> dict[str, Any]:
     chunk_cards: list[Card] = [card for card in with_chunks.cards if card.id not in known]
     frames = {card.id: cast_frames_from_report(card, report) for card in report.cards if card.op_kind == "cast"}
     kinds = sorted({card.op_kind for card in with_chunks.cards})
-    missing = {kind: why for kind in kinds if (why := unavailable(kind)) is not None}
+    missing = {kind: why for kind in kinds if (why := _unavailable(kind)) is not None}
     return {"chunk_cards": [card.to_dict() for card in chunk_cards],
             "cast_frames": {card_id: n for card_id, n in frames.items() if n is not None}, "unavailable": missing}
+
+
+def _unavailable(op_kind: str) -> str | None:
+    """Why this install cannot build `op_kind`'s workload (an optional package it requires is missing: the chunk
+    cards' diffusers models), in one line with what to install; else None."""
+    from harness.api.optional import missing
+    from harness.workloads.registry import required_packages
+
+    why = next(filter(None, map(missing, required_packages(op_kind))), None)
+    return f"the {op_kind} workload {why}" if why else None

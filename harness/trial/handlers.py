@@ -1,6 +1,6 @@
-"""The worker child's answer to each trial job's kind (harness.jobs.JobKind): measure, retime, confirm, on
-the card harness.trial.server keeps; `answer` runs one and turns every failure into a TrialResult. (A
-describe job is harness.trial.describe's.)"""
+"""The worker child's answer to each card request (harness.boundary.requests: Measure, Retime, Confirm) on the
+card harness.trial.server keeps; `on_card` makes each a handler of its request alone, the card built (or found
+kept) first and every failure turned into the request's reply. (A Describe is harness.trial.describe's.)"""
 
 from __future__ import annotations
 
@@ -10,42 +10,35 @@ import time
 import traceback
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
-from harness.jobs import (
-    BASELINE,
-    JobKind,
-    Judgement,
-    SideRounds,
-    TimingSettings,
-    TrialJob,
-    TrialResult,
-    TrialStatus,
-    per_call,
-)
-from harness.protocol import is_out_of_memory, one_line
+from harness.boundary.outcomes import TrialStatus
+from harness.boundary.replies import Confirmed, Judgement, Measured, Reply, Retimed, SideRounds, one_line, per_call
+from harness.boundary.requests import CardRequest, Confirm, Measure, Retime
+from harness.boundary.spec import TimingSettings
 from harness.trial import torch_state
 from harness.trial.checks import named
 from harness.trial.server import CardState, Server, annotate, free_memory, leaves_state, synchronize
 
 
-def measure(server: Server, state: CardState, job: TrialJob) -> TrialResult:
-    """Measure the baseline or a trial, annotate its card and write it to job.card_path."""
+def measure(server: Server, state: CardState, request: Measure) -> Measured:
+    """Measure the baseline or a trial, annotate its card and write it to request.card_path."""
     from harness.cards.model import Report, save_report
     from harness.trial.correctness import Correctness, Rule, coarsest, judge_baseline
     from harness.trial.measure import measure as measure_prepared
     from harness.workloads.base import dtype_name
 
+    spec = request.spec
     t0 = time.perf_counter()
-    reference = server.reference(state, job)
+    reference = server.reference(state, spec, request.baseline)
     reference_s = time.perf_counter() - t0
     state.evidence.clear()
-    if job.role == BASELINE:
+    if request.baseline:
         prepared = state.baseline
         original = state.as_built.run()  # the card's op as the report ran it sets every round's standard
         synchronize(state.workload.device)
-        adopted = coarsest(entry.get("precision") for entry in job.applied)
-        state.standard, judged = judge_baseline(original, reference, Rule.from_config(job.correctness),
+        adopted = coarsest(entry.get("precision") for entry in spec.applied)
+        state.standard, judged = judge_baseline(original, reference, Rule.from_config(spec.correctness),
                                                 state.workload.reduction_length, adopted_precision=adopted)
         del original
         if not judged.feasible:  # no variant can be held to a malformed original op
@@ -53,28 +46,28 @@ def measure(server: Server, state: CardState, job: TrialJob) -> TrialResult:
     else:
         left: list[str] = []
         with torch_state.isolated(left):
-            prepared = server.prepare(state, str(job.variant), dict(job.params))
+            prepared = server.prepare(state, request.variant, dict(request.params))
         if left:
-            return TrialResult(TrialStatus.INFEASIBLE, reason=f"when prepared, it {leaves_state(left)}")
+            return Measured(TrialStatus.INFEASIBLE, reason=f"when prepared, it {leaves_state(left)}")
 
     def check(output: Any) -> Correctness:
-        if job.role == BASELINE and not job.applied:
+        if request.baseline and not spec.applied:
             # The original op itself: it sets the standard, so it is feasible unless its output is malformed.
             return judge_baseline(output, reference, state.standard.rule, state.workload.reduction_length)[1]
         # The round's baseline is judged on the workload it was prepared on (a batch it takes is that one's).
-        return server.judge(state, prepared, output, state.baseline_on if job.role == BASELINE else None)
+        return server.judge(state, prepared, output, state.baseline_on if request.baseline else None)
     left = []
     with torch_state.isolated(left):
         m = measure_prepared(source_card=state.card, workload=state.workload, prepared=prepared, check=check,
-                             profiler=server.profiler(job.profiler), settings=job.timing, rules=server.rules(job.rules),
-                             label=job.label, environment=job.environment, spec=job,
-                             checks=server.checks(state, job, prepared))
+                             profiler=server.profiler(spec.profiler), settings=spec.timing,
+                             rules=server.rules(spec.rules), label=request.label, environment=spec.environment,
+                             spec=request, checks=server.checks(state, request, prepared))
     if left:  # no later measurement runs under what it left behind: it was restored; its card says so
         m.card.extra["state_changes"] = left
         m = refuse(m, f"when called, it {leaves_state(left)}")
         m.card.extra["checks"] = {**(m.card.extra.get("checks") or {}), "refused_by": "process_state"}
-    card, path = m.card, Path(str(job.card_path))
-    card.extra.update(job.extra)
+    card, path = m.card, Path(request.card_path)
+    card.extra.update(request.extra)
     try:
         annotate(state.experiment, card, state.workload)
     except Exception as exc:  # the card was measured: keep it, then fail the request
@@ -82,7 +75,7 @@ def measure(server: Server, state: CardState, job: TrialJob) -> TrialResult:
         save_report(Report(cards=[card]), path)
         raise _Measured(str(path)) from exc
     save_report(Report(cards=[card]), path)
-    if job.role == BASELINE:
+    if request.baseline:
         if not m.correctness.feasible:  # no variant can be held to a failing baseline
             raise _Measured(str(path)) from RuntimeError(f"its output is unusable ({m.correctness.note})")
         if m.timing is not None:
@@ -91,30 +84,29 @@ def measure(server: Server, state: CardState, job: TrialJob) -> TrialResult:
                "baseline_dtype": dtype_name(state.standard.dtype),
                "adopted_precision": state.standard.adopted_precision,
                "baseline_per_call_us": state.baseline_per_call_us},
-              Path(str(job.reference_path)))
+              Path(str(spec.reference_path)))
     seconds = {**m.seconds, "reference_s": reference_s}
     seconds["setup_s"] = seconds.get("setup_s", 0.0) + reference_s  # the reference is set-up too
     judgement = Judgement.from_dict(m.correctness.as_dict())
     median = m.timing.median_us if m.timing is not None else None
-    return TrialResult(
+    return Measured(
         status=TrialStatus.COMPLETE if judgement.feasible else TrialStatus.INFEASIBLE,
         reason="" if judgement.feasible else judgement.why_infeasible(),
         card_path=str(path), median_us=median, calls=prepared.calls,
         per_call_us=per_call(median, prepared.calls) if median is not None else None,
         judgement=judgement, seconds=seconds)
 
-def retime(server: Server, state: CardState, job: TrialJob) -> TrialResult:
+def retime(server: Server, state: CardState, request: Retime) -> Retimed:
     """Time the kept baseline again (the drift check between trials)."""
     from harness.trial.measure import time_callable
 
     t0 = time.perf_counter()
-    timing = time_callable(state.baseline.fn, state.workload.device, job.retime or job.timing)
+    timing = time_callable(state.baseline.fn, state.workload.device, request.timing)
     # Timing the baseline is measurement like a trial's: it is what the drift verdict stands on.
-    return TrialResult(TrialStatus.COMPLETE, median_us=timing.median_us, calls=state.baseline.calls,
-                       per_call_us=per_call(timing.median_us, state.baseline.calls),
-                       seconds={"timing_s": time.perf_counter() - t0})
+    return Retimed(TrialStatus.COMPLETE, per_call_us=per_call(timing.median_us, state.baseline.calls),
+                   seconds={"timing_s": time.perf_counter() - t0})
 
-def confirm(server: Server, state: CardState, job: TrialJob) -> TrialResult:
+def confirm(server: Server, state: CardState, request: Confirm) -> Confirmed:
     """Baseline and best in paired rounds, interleaved A B, B A, A B, ... (ABBA), one median per side a
     round; both cards restated from the rounds, written where the plan says.
 
@@ -127,10 +119,8 @@ def confirm(server: Server, state: CardState, job: TrialJob) -> TrialResult:
     """
     from harness.trial.measure import time_callable, warm_up_until_stable
 
-    plan = job.confirm
-    if plan is None:
-        raise ValueError("a confirm job needs its plan")
-    server.reference(state, job)
+    plan = request.plan
+    server.reference(state, request.spec, baseline=False)
     left: list[str] = []
     with torch_state.isolated(left):
         tried = server.prepare(state, plan.variant, dict(plan.params))
@@ -139,10 +129,10 @@ def confirm(server: Server, state: CardState, job: TrialJob) -> TrialResult:
         judged = server.judge(state, tried, output)
         del output
     if left:
-        return TrialResult(TrialStatus.INFEASIBLE, reason=f"prepared again for the confirm rounds, it "
+        return Confirmed(TrialStatus.INFEASIBLE, reason=f"prepared again for the confirm rounds, it "
                            f"{leaves_state(left)}")
     if not judged.feasible:
-        return TrialResult(TrialStatus.INFEASIBLE, reason="prepared again for the confirm rounds, its output "
+        return Confirmed(TrialStatus.INFEASIBLE, reason="prepared again for the confirm rounds, its output "
                            f"is wrong: {Judgement.from_dict(judged.as_dict()).why_infeasible()}")
     sides = {"base": state.baseline, "best": tried}
     samples: dict[str, list[float]] = {"base": [], "best": []}
@@ -153,7 +143,8 @@ def confirm(server: Server, state: CardState, job: TrialJob) -> TrialResult:
     for key, side in sides.items():
         with torch_state.isolated(left):
             warmups[key] = warm_up_until_stable(side.fn, state.workload.device)
-    settings = TimingSettings(warmup=1, min_repeats=3, budget_s=plan.budget_s, cuda_graph=job.timing.cuda_graph)
+    settings = TimingSettings(warmup=1, min_repeats=3, budget_s=plan.budget_s,
+                              cuda_graph=request.spec.timing.cuda_graph)
     for number in range(plan.rounds):
         order = ("base", "best") if number % 2 == 0 else ("best", "base")
         for key in order:
@@ -164,7 +155,7 @@ def confirm(server: Server, state: CardState, job: TrialJob) -> TrialResult:
             last[key] = timing
     seconds = time.perf_counter() - t0
     if left:
-        return TrialResult(TrialStatus.INFEASIBLE, reason=f"in the confirm rounds, a side {leaves_state(left)}")
+        return Confirmed(TrialStatus.INFEASIBLE, reason=f"in the confirm rounds, a side {leaves_state(left)}")
     paths = {"base": (plan.baseline_card, plan.baseline_out), "best": (plan.tried_card, plan.tried_out)}
     for key, (source, target) in paths.items():
         pooled = type(last[key]).from_samples(
@@ -173,7 +164,7 @@ def confirm(server: Server, state: CardState, job: TrialJob) -> TrialResult:
             device_name=last[key].device_name, clock_mhz=last[key].clock_mhz)
         _restate(state, source, target, sides[key], pooled, medians[key], warmups[key],
                  CONFIRM_CHECKS if key == "best" else ("process_state",))
-    return TrialResult(
+    return Confirmed(
         TrialStatus.COMPLETE, seconds={"timing_s": seconds},
         baseline_rounds=SideRounds([per_call(m, sides["base"].calls) for m in medians["base"]],
                                    sides["base"].calls),
@@ -226,39 +217,63 @@ def _save(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def answer(server: Server, job: TrialJob) -> TrialResult:
-    """Run one job; every failure becomes a result (the child only dies when the process does)."""
-    from harness.api.experiment import VariantSkipped
-    from harness.workloads.base import WorkloadError
+C = TypeVar("C", bound=CardRequest[Any])
 
-    handlers = {JobKind.MEASURE: measure, JobKind.RETIME: retime, JobKind.CONFIRM: confirm}
-    stage = "setup"
-    try:
-        with torch_state.pinned():  # no request inherits what an earlier variant set
-            state, build_s = server.card(job)
-            stage = "run"
-            result = handlers[job.kind](server, state, job)
-        return replace(result, seconds={**result.seconds, "build_s": build_s})
-    except VariantSkipped as exc:
-        return TrialResult(TrialStatus.SKIPPED, reason=str(exc))
-    except BaseException as exc:  # noqa: BLE001 - a variant may raise anything, SystemExit included
-        card_path = None
-        if isinstance(exc, _Measured):
-            card_path, exc = str(exc), exc.__cause__ or exc
-        traceback.print_exception(exc)
-        sys.stderr.flush()
-        if is_out_of_memory(exc):
-            status, reason = TrialStatus.OOM, "out of memory: " + one_line(exc, 280)
-        else:
-            # A workload that cannot be built is a configuration problem, not a trial's failure.
-            setup = stage == "setup" and isinstance(exc, (WorkloadError, TypeError))
-            status, reason = (TrialStatus.SETUP if setup else TrialStatus.FAILED), one_line(exc)
-        # After a device-side CUDA error the context is unusable: answer, then let the parent restart us.
-        restart = status is not TrialStatus.OOM and ("CUDA error" in reason or type(exc).__name__ == "AcceleratorError"
-                                                     or isinstance(exc, torch_state.StateNotRestored))
-        del exc
-        if stage == "setup":
-            server.forget()
-        else:
-            free_memory()
-        return TrialResult(status, reason=reason, card_path=card_path, restart=restart)
+
+def on_card(server: Server, handler: Callable[[Server, CardState, C], Reply]) -> Callable[[C], Reply]:
+    """`handler` as the answer to its request alone: the request's card built (or the one kept), the handler
+    run on it in a pinned process state, and every failure turned into the request's reply (the child only
+    dies when the process does)."""
+
+    def answer(request: C) -> Reply:
+        from harness.api.experiment import VariantSkipped
+        from harness.workloads.base import WorkloadError
+
+        stage = "setup"
+        try:
+            with torch_state.pinned():  # no request inherits what an earlier variant set
+                state, build_s = server.card(request.spec)
+                stage = "run"
+                reply = handler(server, state, request)
+            return replace(reply, seconds={**reply.seconds, "build_s": build_s})
+        except VariantSkipped as exc:
+            return request.reply(TrialStatus.SKIPPED, reason=str(exc))
+        except BaseException as exc:  # noqa: BLE001 - a variant may raise anything, SystemExit included
+            card_path = None
+            if isinstance(exc, _Measured):
+                card_path, exc = str(exc), exc.__cause__ or exc
+            traceback.print_exception(exc)
+            sys.stderr.flush()
+            if is_out_of_memory(exc):
+                status, reason = TrialStatus.OOM, "out of memory: " + one_line(exc, 280)
+            else:
+                # A workload that cannot be built is a configuration problem, not a trial's failure.
+                setup = stage == "setup" and isinstance(exc, (WorkloadError, TypeError))
+                status, reason = (TrialStatus.SETUP if setup else TrialStatus.FAILED), one_line(exc)
+            # After a device-side CUDA error the context is unusable: answer, then let the parent restart us.
+            restart = status is not TrialStatus.OOM and ("CUDA error" in reason
+                                                         or type(exc).__name__ == "AcceleratorError"
+                                                         or isinstance(exc, torch_state.StateNotRestored))
+            del exc
+            if stage == "setup":
+                server.forget()
+            else:
+                free_memory()
+            failed = request.reply(status, reason=reason, restart=restart)
+            return replace(failed, card_path=card_path) if isinstance(failed, Measured) else failed
+
+    return answer
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is running out of memory: torch's OutOfMemoryError, MemoryError, or a CPU allocator's
+    "can't allocate memory" (the child frees the CUDA cache and stays up)."""
+    if isinstance(exc, MemoryError):
+        return True
+    import torch
+
+    kinds = tuple(k for k in (getattr(torch, "OutOfMemoryError", None),
+                              getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)) if k is not None)
+    if kinds and isinstance(exc, kinds):
+        return True
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in str(exc) or "out of memory" in str(exc))

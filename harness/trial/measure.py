@@ -18,10 +18,12 @@ from typing import Any, Callable, cast
 import torch
 
 from harness.api.experiment import Prepared
+from harness.boundary.replies import per_call
+from harness.boundary.requests import Measure
+from harness.boundary.spec import TimingSettings
 from harness.cards.measured import IDENTITY_EXTRAS, MeasuredRecord
 from harness.cards.model import Card
 from harness.cards.rules import RuleSet, classify_card
-from harness.jobs import TimingSettings, TrialJob, per_call
 from harness.profile.base import Profile, Profiler, SpecProfiler
 from harness.profile.timing import TimingResult, time_cpu, warm_up
 from harness.trial import torch_state
@@ -311,7 +313,7 @@ def measure(
     rules: RuleSet,
     label: dict[str, Any],
     environment: dict[str, Any],
-    spec: TrialJob | None = None,
+    spec: Measure | None = None,
     checks: TrialChecks | None = None,
 ) -> Measurement:
     """Run the prepared variant for correctness, time it, profile it, and build its classified card.

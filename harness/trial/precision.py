@@ -30,8 +30,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from harness.api.numerics import TF32, CorrectnessError, precision_name, storage_dtype, unit_roundoff
 from harness.cards.ids import CHUNK_OP_KINDS
-from harness.trial.correctness import TF32, CorrectnessError, precision_name, storage_dtype, unit_roundoff
 from harness.workloads.base import CallBatch, Workload, dtype_name
 
 _TF32_DROPPED_BITS = 13  # float32 keeps 23 fraction bits, TF32 10

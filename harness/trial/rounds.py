@@ -21,23 +21,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from harness.cards.applied import APPLIED_KEY, RoundError, adopted_by_card, applied_entry, applied_of, label_text
 from harness.workloads.base import MEMORY_FORMATS, Workload, WorkloadError, parse_dtype, parse_layout
 
-__all__ = ["APPLIED_KEY", "CARRY_KINDS", "RoundError", "adopted_by_card", "applied_entry", "applied_of", "carry",
-           "check_carries", "label_text", "round_baseline"]
-
-# What a variant may carry for an input: how later variants find it.
-CARRY_KINDS = ("memory_format", "dtype")
-
-
-def check_carries(carries: Mapping[str, Mapping[str, str]]) -> None:
-    """`{input name: {memory_format: ..., dtype: ...}}`, each value one torch knows."""
-    for name, change in carries.items():
-        unknown = set(change) - set(CARRY_KINDS)
-        if unknown:
-            raise RoundError(f"carries[{name!r}]: unknown key(s) {sorted(unknown)}; use {', '.join(CARRY_KINDS)}")
-        if "memory_format" in change and parse_layout(change["memory_format"]) is None:
-            raise RoundError(f"carries[{name!r}].memory_format: name a layout")
-        if "dtype" in change:
-            parse_dtype(change["dtype"], what=f"carries[{name!r}].dtype")
+__all__ = ["APPLIED_KEY", "RoundError", "adopted_by_card", "applied_entry", "applied_of", "carry", "label_text",
+           "round_baseline"]
 
 
 def carry(workload: Workload, applied: Iterable[Mapping[str, Any]]) -> Workload:

@@ -1,6 +1,6 @@
-"""The worker child's kept card: one card's workload, prepared baseline and float64 reference, built once and
-served to every request of that card, and how a variant is prepared, judged and checked on it. The answer
-to each kind of job is harness.trial.handlers'."""
+"""The worker child's kept card: one card's workload, prepared baseline and float64 reference, built once from
+the card's spec and served to every request of that card, and how a variant is prepared, judged and checked on
+it. The answer to each card request is harness.trial.handlers'."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.jobs import BASELINE, JobKind, Judgement, TrialJob
+from harness.boundary.replies import Judgement
+from harness.boundary.requests import Measure
+from harness.boundary.spec import CardSpec
 from harness.trial import torch_state
 from harness.trial.input_guard import InputGuard
 
@@ -25,7 +27,7 @@ def annotate(experiment: Any, card: Any, workload: Any) -> None:
 @dataclass
 class CardState:
     key: str
-    job: TrialJob  # the job that built it
+    spec: CardSpec  # the spec it was built from
     card: Any
     experiment: Any
     workload: Any  # what the variants are prepared on: as built, with the applied variants' carries
@@ -50,7 +52,7 @@ def _json_key(obj: Any) -> str:
 
 
 class Server:
-    """Answers jobs; keeps one card's workload, prepared baseline and reference between them."""
+    """Keeps one card's workload, prepared baseline and reference between the requests of that card."""
 
     def __init__(self) -> None:
         self.state: CardState | None = None
@@ -58,24 +60,24 @@ class Server:
         self._rules: dict[str, Any] = {}
         self._profilers: dict[str, Any] = {}
 
-    def card(self, job: TrialJob) -> tuple[CardState, float]:
-        """The job's card, built (workload, prepared baseline) unless it is the one kept."""
+    def card(self, spec: CardSpec) -> tuple[CardState, float]:
+        """The spec's card, built (workload, prepared baseline) unless it is the one kept; the seconds building took."""
         from harness.api.experiment import load_experiment
         from harness.trial.build import build_trial_workload, prepare_baseline
 
-        key = job.workload_key()
+        key = spec.workload_key()
         if self.state is not None and self.state.key == key:
             return self.state, 0.0
         self.forget()
         t0 = time.perf_counter()
-        card = job.load_card()
-        experiment = load_experiment(job.experiment_module)
-        workload, carried = build_trial_workload(job, card, experiment)
-        state = CardState(key, job, card, experiment, carried, None, as_built=workload)
+        card = spec.load_card()
+        experiment = load_experiment(spec.experiment_module)
+        workload, carried = build_trial_workload(spec, card, experiment)
+        state = CardState(key, spec, card, experiment, carried, None, as_built=workload)
         self.state = state
         left: list[str] = []
         with torch_state.isolated(left):
-            state.baseline, state.baseline_on = prepare_baseline(job, workload, experiment)
+            state.baseline, state.baseline_on = prepare_baseline(spec, workload, experiment)
         if left:
             raise RuntimeError(f"the baseline {leaves_state(left)}")
         # After the baseline's prepare: a layout or dtype it converts when it is prepared is not a mutation.
@@ -89,8 +91,9 @@ class Server:
         self.state = None
         free_memory()
 
-    def reference(self, state: CardState, job: TrialJob) -> Any:
-        """The card's float64 reference: computed for the baseline, else the one saved with its standard.
+    def reference(self, state: CardState, spec: CardSpec, baseline: bool) -> Any:
+        """The card's float64 reference: computed when the `baseline` is measured, else the one saved with its
+        standard.
 
         A trial needs the baseline's error too, so a new child loads both from reference_path (written
         when the baseline was measured) rather than recomputing anything.
@@ -100,16 +103,16 @@ class Server:
         from harness.trial.correctness import Rule, anchored_standard
         from harness.workloads.base import parse_dtype
 
-        if job.role == BASELINE and job.kind is JobKind.MEASURE:
+        if baseline:
             if state.reference is None:  # the carried workload's reference is the one as built (rounds.carry)
-                state.reference = self.reference_cache(job).reference(state.as_built, state.as_built)
+                state.reference = self.reference_cache(spec).reference(state.as_built, state.as_built)
         elif state.standard is None:
-            path = job.reference_path
+            path = spec.reference_path
             if not path or not os.path.exists(path):
                 raise RuntimeError(f"no correctness reference at {path}: the baseline was not measured")
             saved = torch.load(path, map_location=state.workload.device, weights_only=True)
             state.reference = saved["reference"]
-            state.standard = anchored_standard(Rule.from_config(job.correctness), float(saved["baseline_error"]),
+            state.standard = anchored_standard(Rule.from_config(spec.correctness), float(saved["baseline_error"]),
                                                parse_dtype(saved["baseline_dtype"]), state.workload.reduction_length,
                                                saved.get("adopted_precision"))
             state.baseline_per_call_us = saved.get("baseline_per_call_us")
@@ -117,11 +120,11 @@ class Server:
             state.references[(id(workload), 1)] = state.reference
         return state.reference
 
-    def reference_cache(self, job: TrialJob) -> Any:
-        """The references kept on disk for the job's run (harness.trial.reference_cache), one per folder."""
+    def reference_cache(self, spec: CardSpec) -> Any:
+        """The references kept on disk for the spec's run (harness.trial.reference_cache), one per folder."""
         from harness.trial.reference_cache import ReferenceCache
 
-        folder = job.reference_cache
+        folder = spec.reference_cache
         if folder not in self._caches:
             self._caches[folder] = ReferenceCache(folder)
         return self._caches[folder]
@@ -165,7 +168,7 @@ class Server:
         key = (id(workload), prepared.calls)  # the state holds every workload it judges on: ids stay unique
         if key not in state.references:
             source = batch_for(workload, prepared.calls) if prepared.calls > 1 else workload
-            state.references[key] = self.reference_cache(state.job).reference(source, state.as_built)
+            state.references[key] = self.reference_cache(state.spec).reference(source, state.as_built)
         held = state.standard.precision_for(prepared.precision)
         if held is None:
             return state.standard.judge(output, state.references[key], precision=prepared.precision)
@@ -192,7 +195,7 @@ class Server:
                 state.emulated[key] = None
         return state.emulated[key]
 
-    def second_draw(self, state: CardState, job: TrialJob) -> str | None:
+    def second_draw(self, state: CardState, request: Measure) -> str | None:
         """Why the variant is wrong on a second draw of the card's activations (prepared anew on it, its
         output against that draw's own float64 reference), or None; mistakes the first draw's values hide
         (an input cached from the first call, a result that holds only for these numbers) show there."""
@@ -203,7 +206,7 @@ class Server:
         except WorkloadError as exc:  # a workload hook that replaced the op without its draws
             state.notes.append(f"no second draw: {exc}")
             return None
-        prepared = self.prepare(state, str(job.variant), dict(job.params), drawn)
+        prepared = self.prepare(state, request.variant, dict(request.params), drawn)
         output = prepared.fn()
         synchronize(drawn.device)
         judged = self.judge(state, prepared, output, drawn)
@@ -212,22 +215,22 @@ class Server:
         return ("on a second draw of its activations its output is wrong: "
                 f"{Judgement.from_dict(judged.as_dict()).why_infeasible()}")
 
-    def checks(self, state: CardState, job: TrialJob, prepared: Any) -> Any:
+    def checks(self, state: CardState, request: Measure, prepared: Any) -> Any:
         """The inputs guard, the second draw and the device's physical floor for this prepared variant
         (harness.trial.measure)."""
         from harness.trial.measure import TrialChecks
         from harness.trial.physics import device_peaks, floor_for
 
+        slack, trial = request.spec.physics_slack, not request.baseline
         floor = None
-        if job.physics_slack:
+        if slack:
             w = state.workload
             floor = floor_for(w.flops, w.min_bytes, prepared.calls, device_peaks(w.device),
-                              state.baseline_per_call_us if job.role != BASELINE else None)
-        trial = job.role != BASELINE
+                              state.baseline_per_call_us if trial else None)
         # Prepared already: in an isolated process state (harness.trial.handlers), a batch from the harness's calls.
         held = ("harness_batch", "process_state") if prepared.calls > 1 else ("process_state",)
-        return TrialChecks(guard=state.guard, floor=floor, slack=job.physics_slack, enforce_floor=trial,
-                           second_draw=(lambda: self.second_draw(state, job)) if trial else None, held=held)
+        return TrialChecks(guard=state.guard, floor=floor, slack=slack, enforce_floor=trial,
+                           second_draw=(lambda: self.second_draw(state, request)) if trial else None, held=held)
 
 
 def leaves_state(left: list[str]) -> str:

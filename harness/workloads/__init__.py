@@ -12,9 +12,9 @@
 
 `plan_workload` / `plan_for_card` give the same arithmetic (shape, FLOPs, bytes) without tensors.
 One module per op kind: linear, conv3d, attention, cast, vae_decode (a chunk card's whole decode),
-dit_block; inputs.py finds, verifies and slices captured inputs or makes seeded synthetic ones; draws.py
-makes other draws and k calls (frames.py: a conv3d's streaming windows); `batch_for` finds the batch a
-variant built.
+dit_block; inputs.py finds, verifies and slices captured inputs, seeded.py draws synthetic ones; the
+Workload (base.py) makes other draws and k calls (frames.py: a conv3d's streaming windows); `batch_for`
+(draws.py) finds the batch a variant built.
 """
 
 from harness.workloads.attention import (

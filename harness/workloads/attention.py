@@ -42,7 +42,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from harness.jobs import AttentionSettings
+from harness.boundary.spec import AttentionSettings
 from harness.workloads.base import (
     Bound,
     Plan,
@@ -60,7 +60,8 @@ FLOOR = 16
 ROLES = ("self", "cross")
 
 
-# The workload's settings travel in a TrialJob (`workload.attention`): one dataclass, torch-free, in harness.jobs.
+# The workload's settings travel in a CardSpec (`workload.attention`): one dataclass, torch-free, in
+# harness.boundary.spec.
 AttentionConfig = AttentionSettings
 
 

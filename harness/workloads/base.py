@@ -5,28 +5,49 @@ shape, the output shape, the FLOPs and the minimum bytes (no tensors, so it is c
 is what the roofline of the unscaled card should use). `build` then materializes the inputs (captured or
 seeded synthetic) on a device, in a dtype and layout, names which of them are activations (they vary from
 call to call; the rest are constants such as weights), and gives `bind`: the op and its reference on any
-draw of the activations, over the same constants. harness.workloads.draws makes other draws and k calls
-from it (`Workload.redraw`, `Workload.calls`).
+draw of the activations, over the same constants.
+
+Other draws and k calls, made by the harness. A variant is prepared on `w.inputs`, so a check of its output
+on those values alone can pass for a variant that is right only there (a result cached from the first call,
+a constant that happens to fit), and a variant that batches k calls must not supply the other calls, nor
+their expected output, itself: whatever it supplies it can get wrong the same way twice. So:
+
+- `Workload.activations` name the inputs that vary from call to call (linear x; conv3d input;
+  attention q, and in self-attention the chunk's own keys and values, the last `queries` of the valid
+  prefix; cast frames; vae_decode latent; dit_block hidden_states and the timestep projection). The
+  rest are constants: weights, biases, a KV cache's fixed part, a chunk's modules with their state.
+- `w.redraw(d)`: the workload on draw d of its activations: each a seeded tensor of the same shape,
+  dtype, device and memory format (strides), drawn from the activation's spread (the distribution
+  the builder drew it from; for a captured tensor its own mean and standard deviation, or its range),
+  with its own float64 reference (the op's `bind`). The constants are the same tensor objects. Draw 0
+  is the workload itself. Draw 1 of a captured activation whose file also holds the op's second call
+  (harness.capture) is that call; its other draws are seeded (the workload's notes say so).
+- `w.calls(k)`: k calls of the op, call 0 being exactly the workload's inputs, with each call's
+  reference and the stacked form a batched op takes: a linear's k calls are the draws 0..k-1 of its rows
+  (harness.workloads.draws.independent_calls), a conv3d's k consecutive streaming windows of one frame
+  sequence (harness.workloads.frames). On a redrawn workload they are that draw's: call 0 is its inputs,
+  the others seeded apart from every other draw's. Other op kinds do not batch (WorkloadError).
+
+The drawing is here, with the Workload whose methods make it; harness.workloads.draws has what else the
+harness does with draws (a variant's batch, a replaced op's bind).
 
 Every failure to build a card is a `WorkloadError` with a one-line message.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, overload
+from typing import Any, Callable, overload
 
 import torch
 
 # Re-exported for the workloads: their one place is harness.cards.ids (torch-free, the run's side reads them).
 from harness.cards.ids import CHUNK_OP_KINDS, parse_resolution  # noqa: F401
 from harness.errors import HarnessError
-
-if TYPE_CHECKING:
-    from harness.workloads.frames import FrameWindows
-    from harness.workloads.inputs import Spread
+from harness.workloads.seeded import Spread
 
 # Memory formats a builder may be asked for (`layout=`), and the tensor rank each needs. "channels_last" is
 # the 4-D format (NHWC) only where a caller says its tensors are 4-D (parse_layout's `dims`); elsewhere it
@@ -213,10 +234,11 @@ BindFn = Callable[[dict[str, torch.Tensor]], Bound]  # the activations of one ca
 
 @dataclass(frozen=True)
 class Draws:
-    """What another draw of a workload's activations needs (harness.workloads.draws); set by every build."""
+    """What another draw of a workload's activations needs (`Workload.redraw`, `Workload.calls`); set by every
+    build."""
 
     bind: BindFn
-    spreads: dict[str, Spread]  # each activation's spread (harness.workloads.inputs.Spread): a draw's scale
+    spreads: dict[str, Spread]  # each activation's spread (harness.workloads.seeded.Spread): a draw's scale
     seed: int
     # An activation of which only one block varies per call, as (dim, start, stop): the chunk's own keys in
     # a KV cache; the rest is the cache's fixed part, kept in every draw.
@@ -225,6 +247,30 @@ class Draws:
     calls: Callable[[Workload, int], CallBatch] | None = None
     # Activations of a captured second call of the op (harness.workloads.inputs.SECOND_CALL): their draw 1.
     second_call: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FrameWindows:
+    """Where each of `calls` consecutive calls of a streaming conv3d reads in the frame sequence they share
+    (harness.workloads.frames makes them)."""
+
+    calls: int
+    t_in: int  # frames one call reads (its new frames after the cached ones)
+    overlap: int  # frames shared with the call before: the causal cache, d_t x (kT - 1)
+
+    @property
+    def t_new(self) -> int:
+        """Frames each call adds, and the frames of its output."""
+        return self.t_in - self.overlap
+
+    @property
+    def total(self) -> int:
+        """Frames the sequence holds: calls x T_new + overlap."""
+        return self.calls * self.t_new + self.overlap
+
+    def window(self, call: int) -> slice:
+        start = call * self.t_new
+        return slice(start, start + self.t_in)
 
 
 @dataclass
@@ -311,17 +357,38 @@ class Workload:
         return self._reference(dtype)
 
     def redraw(self, draw: int) -> Workload:
-        """The same workload on draw `draw` of its activations (0: itself), with its own reference
-        (harness.workloads.draws.redraw)."""
-        from harness.workloads.draws import redraw
-
-        return redraw(self, draw)
+        """The same workload on draw `draw` of its activations (0: itself), with its own reference. A draw is
+        made once: asking again gives the same workload (its tensors and its batches)."""
+        draw = _non_negative(draw, "draw")
+        if draw == self.draw:
+            return self
+        if self.draw != 0:
+            raise WorkloadError(f"this workload is draw {self.draw}: take draw {draw} from the workload it was "
+                                "drawn from")
+        if draw in self._redraws:
+            return self._redraws[draw]
+        inputs, bound = bind_call(self, activations_of(self, draw_key(draw)))
+        names = ", ".join(self.activations)
+        made = dataclasses.replace(
+            self, inputs=inputs, run=bound.run, _reference=bound.reference, _bound=bound.reference, draw=draw,
+            input_source=f"{self.input_source}; draw {draw}: {names} seeded", input_hash=None,
+            notes=[*self.notes, f"draw {draw}: {names} drawn anew at the spread of draw 0's; every other input is "
+                                "draw 0's tensor"],
+        )
+        self._redraws[draw] = made
+        return made
 
     def calls(self, k: int) -> CallBatch:
-        """k calls of the op, call 0 this workload's own (harness.workloads.draws.calls); kept in `batches`."""
-        from harness.workloads.draws import calls
-
-        return calls(self, k)
+        """k calls of the op, call 0 this workload's own, built once and kept in `batches`."""
+        if _non_negative(k, "calls") < 1:
+            raise WorkloadError("calls must be at least 1")
+        make = draws_of(self).calls
+        if make is None:
+            raise WorkloadError(f"{self.op_kind}: batching calls does not apply: w.calls(k) builds the calls of a "
+                                "linear (rows sharing its weight) or of a conv3d (streaming frame windows)")
+        if k not in self.batches:
+            self.batches[k] = make(self, k)
+        return self.batches[k]
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able summary for the card: shape, scale, dtype, layout, input source, FLOPs, bytes, K,
@@ -361,3 +428,58 @@ class Workload:
             flops=self.flops, min_bytes=self.min_bytes, dtype=dtype_name(self.dtype), op_kind=self.op_kind,
             per_shape=self.op_kind in CHUNK_OP_KINDS,
         )
+
+
+def draw_key(draw: int, call: int = 0) -> str:
+    """The seed name of call `call` of draw `draw`: call j of draw 0 is draw j (so a workload's k calls are
+    its draws 0..k-1), and the calls of a later draw are seeded apart from every draw."""
+    if call == 0:
+        return f"draw{draw}"
+    return f"draw{call}" if draw == 0 else f"draw{draw}.call{call}"
+
+
+def _non_negative(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise WorkloadError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def draws_of(w: Workload) -> Draws:
+    """The workload's Draws, refused where its op was replaced without a bind for the new op."""
+    if w._draws is None:
+        raise WorkloadError(f"{w.op_kind}: this workload was not built by harness.workloads, so it has no draws")
+    if w._reference is not w._bound:
+        raise WorkloadError(f"{w.op_kind}: this workload's op was replaced (an experiment's workload hook) without a "
+                            "bind for the new op: make it with harness.workloads.draws.rebind, which other draws "
+                            "and calls need")
+    return w._draws
+
+
+def _drawn_like(w: Workload, name: str, key: str) -> torch.Tensor:
+    """Activation `name` drawn anew (seed name `name@key`): the shape, dtype, device and strides of w's own,
+    values from its spread; of an activation with a varying block, only that block is drawn anew."""
+    draws = draws_of(w)
+    current = w.inputs[name]
+    if key == draw_key(1) and name in draws.second_call:  # the model's own second call, captured
+        return torch.empty_like(current).copy_(draws.second_call[name])
+    spread = draws.spreads[name]
+    block = draws.varying.get(name)
+    if block is None:
+        fresh = spread.draw(f"{name}@{key}", tuple(current.shape), draws.seed)
+        return torch.empty_like(current).copy_(fresh)  # empty_like keeps dtype, device and memory format
+    dim, start, stop = block
+    out = current.clone()  # the fixed part kept as it is
+    part = out.narrow(dim, start, stop - start)
+    part.copy_(spread.draw(f"{name}@{key}", tuple(part.shape), draws.seed))
+    return out
+
+
+def activations_of(w: Workload, key: str) -> dict[str, torch.Tensor]:
+    """Every activation of w drawn anew under seed name `key`."""
+    return {name: _drawn_like(w, name, key) for name in w.activations}
+
+
+def bind_call(w: Workload, activations: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], Bound]:
+    """One call's inputs (w's constants, these activations, what the op derives from them) and its op."""
+    bound = draws_of(w).bind(activations)
+    return {**w.inputs, **activations, **bound.derived}, bound

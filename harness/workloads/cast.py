@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from harness.jobs import CastSettings
+from harness.boundary.spec import CastSettings
 from harness.workloads.base import (
     Bound,
     Plan,
@@ -52,7 +52,7 @@ FLOOR = 8
 DEFAULT_FRAMES = 12
 
 
-# The workload's settings travel in a TrialJob (`workload.cast`): one dataclass, torch-free, in harness.jobs.
+# The workload's settings travel in a CardSpec (`workload.cast`): one dataclass, torch-free, in harness.boundary.spec.
 CastConfig = CastSettings
 
 

@@ -76,11 +76,12 @@ from harness.workloads.base import (
     require,
     scale_dim,
 )
-from harness.workloads.inputs import Source, derived_seed
+from harness.workloads.inputs import Source
+from harness.workloads.seeded import derived_seed
 from harness.workloads.vae_decode import PIP_HINT
 
 KIND = "dit_block"
-REQUIRES = ("diffusers",)  # optional packages building it imports (harness.workloads.registry.unavailable)
+REQUIRES = ("diffusers",)  # optional packages building it imports (harness.workloads.registry.required_packages)
 SCOPE = "dit_block/"  # profiler scope of each linear: SCOPE + its module name in the block
 TOKEN_FLOOR, TEXT_FLOOR = 8, 16
 

@@ -17,41 +17,17 @@ own window, one call on the whole sequence only its ends).
 Call 0's window is exactly the workload's input; the later calls' new frames are seeded at the input's
 spread (per draw: a redrawn workload's later frames are its own), in the input's memory format. Each
 call's reference is the conv on its own window; `CallBatch.reference` stacks them on dim 0, the form
-`calls_on_dim0` gives the one call's output.
+`calls_on_dim0` gives the one call's output. The windows' type, `FrameWindows`, is harness.workloads.base's,
+beside the CallBatch that carries them; `frame_windows` here says where a shape's calls read.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from harness.workloads.base import CallBatch, Workload, WorkloadError
-from harness.workloads.draws import bind_call, draw_key, draws_of
-
-
-@dataclass(frozen=True)
-class FrameWindows:
-    """Where each of `calls` consecutive calls reads in the frame sequence they share."""
-
-    calls: int
-    t_in: int  # frames one call reads (its new frames after the cached ones)
-    overlap: int  # frames shared with the call before: the causal cache, d_t x (kT - 1)
-
-    @property
-    def t_new(self) -> int:
-        """Frames each call adds, and the frames of its output."""
-        return self.t_in - self.overlap
-
-    @property
-    def total(self) -> int:
-        """Frames the sequence holds: calls x T_new + overlap."""
-        return self.calls * self.t_new + self.overlap
-
-    def window(self, call: int) -> slice:
-        start = call * self.t_new
-        return slice(start, start + self.t_in)
+from harness.workloads.base import CallBatch, FrameWindows, Workload, WorkloadError, bind_call, draw_key, draws_of
 
 
 def frame_windows(shape: dict[str, Any], calls: int) -> FrameWindows:

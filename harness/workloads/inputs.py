@@ -24,17 +24,16 @@ Anything else is a `WorkloadError`: a file that claims a hash it does not have i
 
 Synthetic inputs
 ----------------
-`synthetic(name, shape, seed)` draws from a CPU `torch.Generator` seeded from (seed, tensor name), so
-each tensor is the same for a seed on every device and independent of the others; values are float32
-and cast to the workload's dtype afterwards.
+A tensor the file does not hold is drawn from its `Spread` under the workload's seed (harness.workloads.seeded):
+float32 values, cast to the workload's dtype afterwards.
 
 A file may also hold an activation's second captured call, `<name>@call1` (harness.capture): that is then the
-activation's draw 1 (harness.workloads.draws), the second draw of every correctness check, instead of a seeded
+activation's draw 1 (`Workload.redraw`), the second draw of every correctness check, instead of a seeded
 one.
 
 Every tensor taken records its `Spread` (`Source.spreads`): the distribution it was drawn from, or for a
 captured tensor its measured mean and standard deviation (its range, where the builder asked for uniform
-values). Another draw of an activation (harness.workloads.draws) comes from that spread, so it has the
+values). Another draw of an activation (`Workload.redraw`) comes from that spread, so it has the
 scale of the workload's own.
 """
 
@@ -42,7 +41,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +48,7 @@ from typing import Any
 import torch
 
 from harness.workloads.base import WorkloadError
+from harness.workloads.seeded import Spread
 
 EXTENSIONS = (".safetensors", ".pt", ".pth")
 # The suffix of a captured tensor's second call in the same file (harness.capture writes it when the op ran
@@ -193,56 +192,10 @@ def find_and_load(inputs_dir: str | Path | None, sha256: str | None) -> tuple[Ca
     return load_captured(path, sha256), None
 
 
-def derived_seed(seed: int, name: str) -> int:
-    return (int(seed) * 0x9E3779B1 + zlib.crc32(name.encode())) % (1 << 63)
-
-
 def check_seed(seed: Any) -> int:
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise WorkloadError(f"seed must be a non-negative integer, got {seed!r}")
     return seed
-
-
-@dataclass(frozen=True)
-class Spread:
-    """How a tensor's values are spread: normal(mean, std), or uniform in [low, high) when `uniform` is set."""
-
-    mean: float = 0.0
-    std: float = 1.0
-    uniform: tuple[float, float] | None = None
-
-    @classmethod
-    def measured(cls, tensor: torch.Tensor, uniform: bool) -> Spread:
-        """A captured tensor's own spread: its range (uniform) or its mean and standard deviation."""
-        values = tensor.detach().double()
-        if uniform:
-            return cls(uniform=(float(values.min()), float(values.max())))
-        std = float(values.std()) if values.numel() > 1 else 0.0
-        return cls(mean=float(values.mean()), std=std or 1.0)  # a constant tensor: unit std, not a constant
-
-    def draw(self, name: str, shape: tuple[int, ...], seed: int) -> torch.Tensor:
-        """Seeded float32 CPU values of this spread (`synthetic` of the tensor named `name`)."""
-        values = synthetic(name, shape, seed, std=self.std, uniform=self.uniform)
-        return values.add_(self.mean) if self.uniform is None and self.mean else values
-
-
-def synthetic(
-    name: str,
-    shape: tuple[int, ...] | list[int],
-    seed: int,
-    *,
-    std: float = 1.0,
-    uniform: tuple[float, float] | None = None,
-) -> torch.Tensor:
-    """Seeded float32 CPU tensor: normal(0, std), or uniform in [low, high) when `uniform` is given."""
-    generator = torch.Generator(device="cpu").manual_seed(derived_seed(seed, name))
-    size = tuple(int(s) for s in shape)
-    if uniform is not None:
-        low, high = uniform
-        out = torch.rand(size, generator=generator, dtype=torch.float32)
-        return out.mul_(high - low).add_(low)
-    out = torch.randn(size, generator=generator, dtype=torch.float32)
-    return out.mul_(std) if std != 1.0 else out
 
 
 def fit_to(

@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 
-from harness.api.optional import missing
 from harness.cards.ids import REPLAY
 from harness.workloads import attention as _attention
 from harness.workloads import cast as _cast
@@ -53,15 +52,11 @@ _DEFAULT_ATTENTION = AttentionConfig()
 _DEFAULT_CAST = CastConfig()
 
 
-def unavailable(op_kind: str) -> str | None:
-    """Why this install cannot build `op_kind`'s workload (an optional package its module declares in
-    REQUIRES is missing: the chunk cards' diffusers models), in one line with what to install; else None.
-    Asked before a run starts its worker, so a missing package is an error or a left-out card, not a crash."""
-    for module in getattr(_MODULES.get(op_kind), "REQUIRES", ()):
-        why = missing(module)
-        if why:
-            return f"the {op_kind} workload {why}"
-    return None
+def required_packages(op_kind: str) -> tuple[str, ...]:
+    """The optional packages building `op_kind`'s workload imports (its module's REQUIRES: the chunk cards'
+    diffusers models). Whether this install has them is asked where the install is described
+    (harness.trial.describe), so that a missing one is an error or a left-out card before any card, not a crash."""
+    return tuple(getattr(_MODULES.get(op_kind), "REQUIRES", ()))
 
 
 def plan_workload(
@@ -255,5 +250,5 @@ __all__ = [
     "cast_frames_from_report",
     "plan_for_card",
     "plan_workload",
-    "unavailable",
+    "required_packages",
 ]

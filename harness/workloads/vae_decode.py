@@ -49,10 +49,11 @@ from harness.workloads.base import (
     require,
     scale_dim,
 )
-from harness.workloads.inputs import Source, derived_seed
+from harness.workloads.inputs import Source
+from harness.workloads.seeded import derived_seed
 
 KIND = "vae_decode"
-REQUIRES = ("diffusers",)  # optional packages building it imports (harness.workloads.registry.unavailable)
+REQUIRES = ("diffusers",)  # optional packages building it imports (harness.workloads.registry.required_packages)
 PIP_HINT = "pip install -e '.[chunk]' (or pip install 'diffusers>=0.35')"
 
 

@@ -19,9 +19,10 @@ from pathlib import Path
 import optuna
 import pytest
 
+from harness.boundary.replies import one_line
 from harness.cards.model import load_report
-from harness.protocol import exit_reason, is_out_of_memory, one_line
-from harness.run.worker import CardSession, TrialWorker
+from harness.run.worker import CardSession, TrialWorker, exit_reason
+from harness.trial.handlers import is_out_of_memory
 
 REPO = Path(__file__).resolve().parents[2]
 STATUS_OF_FAULT = {"raise": "failed", "oom": "oom", "cuda_oom": "oom", "segfault": "crashed", "exit": "crashed",
@@ -82,7 +83,7 @@ def _check(run_dir: Path, proc: subprocess.CompletedProcess, complete: int, fail
     for kind, prefix in failed.items():
         trial = fails[kind]
         reason = trial.user_attrs["reason"]
-        # One status per kind of failure (harness.jobs.TrialStatus), each a FAIL trial listed as failed.
+        # One status per kind of failure (harness.boundary.outcomes.TrialStatus), each a FAIL trial listed as failed.
         assert trial.user_attrs["status"] == STATUS_OF_FAULT[kind]
         assert reason.startswith(prefix), (kind, reason)
         assert "\n" not in reason
@@ -230,30 +231,31 @@ def test_a_failing_baseline_is_one_line(tmp_path, peak_cache, kind, reason):
 @pytest.mark.slow
 def test_a_new_worker_checks_against_the_saved_reference(tmp_path, peak_cache, monkeypatch):
     """After a crash the next trial is checked against reference.pt, not a recomputed baseline."""
+    from harness.boundary.outcomes import TrialStatus
+    from harness.boundary.spec import CardSpec, TimingSettings
     from harness.cards.lint import lint_report
     from harness.cards.model import load_report as load
-    from harness.jobs import TimingSettings, TrialJob, TrialStatus
 
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(peak_cache))
     monkeypatch.syspath_prepend(str(REPO))
     card = lint_report(load()).normalized.card(CARD)
-    job = TrialJob(card=card.to_dict(), experiment_module="tests.app.fault_experiment", device="cpu", scale=0.05,
-                   correctness={"same_factor": 4, "lowered_factor": 4},
-                   timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.02), profiler={"name": "cpu"},
-                   reference_path=str(tmp_path / "reference.pt"))
+    spec = CardSpec(card=card.to_dict(), experiment_module="tests.app.fault_experiment", device="cpu", scale=0.05,
+                    correctness={"same_factor": 4, "lowered_factor": 4},
+                    timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.02), profiler={"name": "cpu"},
+                    reference_path=str(tmp_path / "reference.pt"))
     worker = TrialWorker(log_path=tmp_path / "worker.log")
-    session = CardSession(worker, job, deadline_s=120)
+    session = CardSession(worker, spec, deadline_s=120)
     label = {"experiment": "fault_injection", "role": "trial"}
     try:
-        base = session.measure(role="baseline", variant="base", params={}, label=label,
+        base = session.measure(baseline=True, variant="base", params={}, label=label,
                                card_path=tmp_path / "baseline.json")
         assert base.ok, base.reason
         first_pid = worker.pid
-        crash = session.measure(role="trial", variant="fault", params={"kind": "segfault"}, label=label,
+        crash = session.measure(variant="fault", params={"kind": "segfault"}, label=label,
                                 card_path=tmp_path / "t1.json")
         assert crash.status is TrialStatus.CRASHED and crash.restarted and worker.pid is None
         assert not (tmp_path / "t1.json").exists()
-        again = session.measure(role="trial", variant="ok", params={}, label=label, card_path=tmp_path / "t2.json")
+        again = session.measure(variant="ok", params={}, label=label, card_path=tmp_path / "t2.json")
         assert again.ok, again.reason
         assert worker.pid != first_pid and len(worker.startups) == 2
         # The same op as the baseline: its error against the saved float64 reference is the baseline's.
@@ -263,15 +265,15 @@ def test_a_new_worker_checks_against_the_saved_reference(tmp_path, peak_cache, m
         # Without the saved reference a new worker has nothing to check against.
         worker.kill()
         (tmp_path / "reference.pt").unlink()
-        lost = session.measure(role="trial", variant="ok", params={}, label=label, card_path=tmp_path / "t3.json")
+        lost = session.measure(variant="ok", params={}, label=label, card_path=tmp_path / "t3.json")
         assert lost.status is TrialStatus.FAILED and "no correctness reference" in lost.reason
         assert worker.pid is not None  # an exception does not cost the worker
         # The same worker serves a later run of the process (experiment=auto): it logs to that run's folder.
         worker.use_run_dir(tmp_path / "next")
         assert (tmp_path / "next" / "worker.pid").read_text().strip() == str(worker.pid)
-        assert session.measure(role="baseline", variant="base", params={}, label=label,
+        assert session.measure(baseline=True, variant="base", params={}, label=label,
                                card_path=tmp_path / "next" / "baseline.json").ok
-        raised = session.measure(role="trial", variant="fault", params={"kind": "raise"}, label=label,
+        raised = session.measure(variant="fault", params={"kind": "raise"}, label=label,
                                  card_path=tmp_path / "t4.json")
         assert raised.status is TrialStatus.FAILED and raised.reason == "ValueError: injected failure"
         assert "injected failure" in (tmp_path / "next" / "worker.log").read_text()

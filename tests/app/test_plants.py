@@ -14,11 +14,14 @@ from typing import Iterator
 
 import pytest
 
+from harness.boundary.outcomes import TrialStatus
+from harness.boundary.replies import Measured
+from harness.boundary.requests import ConfirmPlan
+from harness.boundary.spec import CardSpec, TimingSettings
 from harness.cards.dtype import card_dtype
 from harness.cards.lint import lint_report
 from harness.cards.model import load_report
 from harness.cards.noise import paired_verdict
-from harness.jobs import ConfirmPlan, TimingSettings, TrialJob, TrialResult, TrialStatus
 from harness.run.worker import CardSession, TrialWorker
 from harness.trial.checks import CHECKS
 
@@ -34,13 +37,13 @@ class Plants:
     def __init__(self, session: CardSession, folder: Path):
         self.session, self.folder, self.count = session, folder, 0
 
-    def trial(self, variant: str) -> TrialResult:
+    def trial(self, variant: str) -> Measured:
         self.count += 1
-        return self.session.measure(role="trial", variant=variant, params={},
+        return self.session.measure(variant=variant, params={},
                                     label={"experiment": "plants", "variant": variant, "role": "trial"},
                                     card_path=self.folder / f"trial_{self.count:02d}_{variant}.json")
 
-    def card(self, result: TrialResult) -> dict:
+    def card(self, result: Measured) -> dict:
         return load_report(str(result.card_path)).cards[0].extra
 
 
@@ -50,14 +53,14 @@ def plants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plants]:
     card = lint_report(load_report()).normalized.card(CARD)
     # float32 as in plants.yaml: the plants are made against float32 inputs, not the card's bf16 kernels.
     dtype = card_dtype(card, applied=[], override="float32", declared=[], experiment_dtype="float32")
-    job = TrialJob(card=card.to_dict(), experiment_module="tests.app.plants.plant_experiment", device=DEVICE,
-                   dtype=dtype,
-                   scale=SCALE, correctness={"same_factor": 4, "lowered_factor": 4, "emulated_factor": 2},
-                   physics_slack=SLACK, timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.05),
-                   profiler={"name": "none"}, reference_path=str(folder / "reference.pt"))
+    spec = CardSpec(card=card.to_dict(), experiment_module="tests.app.plants.plant_experiment", device=DEVICE,
+                    dtype=dtype,
+                    scale=SCALE, correctness={"same_factor": 4, "lowered_factor": 4, "emulated_factor": 2},
+                    physics_slack=SLACK, timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.05),
+                    profiler={"name": "none"}, reference_path=str(folder / "reference.pt"))
     worker = TrialWorker(log_path=folder / "worker.log")
-    session = CardSession(worker, job, deadline_s=300)
-    base = session.measure(role="baseline", variant="twice", params={}, label={"role": "baseline"},
+    session = CardSession(worker, spec, deadline_s=300)
+    base = session.measure(baseline=True, variant="twice", params={}, label={"role": "baseline"},
                            card_path=folder / "baseline.json")
     assert base.ok, base.reason
     try:

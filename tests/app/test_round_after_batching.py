@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import experiments.dit_small_m_batching as batching
+from harness.boundary.requests import ConfirmPlan
+from harness.boundary.spec import CardSpec, TimingSettings
 from harness.cards.lint import lint_report
 from harness.cards.model import load_report
-from harness.jobs import ConfirmPlan, TimingSettings, TrialJob
 from harness.run.worker import CardSession, TrialWorker
 from harness.trial.rounds import applied_entry
 
@@ -20,18 +21,18 @@ def test_round_two_after_a_batched_adoption_is_judged_and_timed_per_original_cal
                           variant="batched", params={"k": 4}, facts={"recipe": "batch 4 calls"},
                           workload_dtype="bfloat16", confirmation={"speedup": 2.0, "ci": [1.8, 2.2]}, run="r1")
     card = lint_report(load_report()).normalized.card(CARD)
-    job = TrialJob(card=card.to_dict(), experiment_module=batching.__name__, device="cpu", scale=0.05,
-                   applied=[entry], correctness={"same_factor": 4, "lowered_factor": 4},
-                   timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.02), profiler={"name": "none"},
-                   physics_slack=20.0, reference_path=str(tmp_path / "reference.pt"))
+    spec = CardSpec(card=card.to_dict(), experiment_module=batching.__name__, device="cpu", scale=0.05,
+                    applied=[entry], correctness={"same_factor": 4, "lowered_factor": 4},
+                    timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.02), profiler={"name": "none"},
+                    physics_slack=20.0, reference_path=str(tmp_path / "reference.pt"))
     worker = TrialWorker(log_path=tmp_path / "worker.log")
-    session = CardSession(worker, job, deadline_s=300)
+    session = CardSession(worker, spec, deadline_s=300)
     try:
-        base = session.measure(role="baseline", variant="batched", params={"k": 4}, label={"role": "baseline"},
+        base = session.measure(baseline=True, variant="batched", params={"k": 4}, label={"role": "baseline"},
                                card_path=tmp_path / "baseline.json")
         assert base.ok, base.reason
         assert base.calls == 4 and base.per_call_us == base.median_us / 4
-        trial = session.measure(role="trial", variant="batched", params={"k": 8}, label={"role": "trial"},
+        trial = session.measure(variant="batched", params={"k": 8}, label={"role": "trial"},
                                 card_path=tmp_path / "trial.json")
         assert trial.ok, trial.reason
         plan = ConfirmPlan("batched", {"k": 8}, 2, 0.02, str(tmp_path / "baseline.json"), str(trial.card_path),

@@ -1,5 +1,5 @@
 """The run's side of the worker boundary never imports torch (issue 23): what it needs of the torch side
-comes from the worker (harness.describe), and the few facts it keeps a torch-free copy of are held equal
+comes from the worker (a Describe request), and the few facts it keeps a torch-free copy of are held equal
 to the workloads' originals here."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.boundary.spec import AttentionSettings, CastSettings
 from harness.cards.chunk_breakdown import DIT_BLOCK, DIT_SCOPE
 from harness.cards.ids import parse_resolution
-from harness.jobs import AttentionSettings, CastSettings
 from harness.workloads.attention import AttentionConfig
 from harness.workloads.base import parse_resolution as workloads_parse_resolution
 from harness.workloads.cast import CastConfig
@@ -50,7 +50,7 @@ def _run_without_torch(run_dir: Path, *overrides: str) -> subprocess.CompletedPr
 PARENT_MODULES = ("harness.__main__", "harness.run.execute", "harness.run.auto", "harness.run.card_search",
                   "harness.run.state", "harness.report.outputs", "harness.run.provenance", "harness.run.stopping",
                   "harness.run.multirun", "harness.run.selection", "harness.report.recipe", "harness.report.overview",
-                  "harness.descriptions", "harness.cards.chunk_breakdown", "harness.cards.applied",
+                  "harness.boundary.framing", "harness.cards.chunk_breakdown", "harness.cards.applied",
                   "harness.config.schema", "harness.config.validate", "harness.search", "harness.run.worker",
                   "harness.report.html")
 
@@ -97,21 +97,25 @@ def test_the_dit_blocks_kind_and_scope_are_the_workloads_own():
 
 
 def test_the_worker_describes_what_the_run_needs():
+    from harness.boundary.framing import read_reply, read_request, reply_line, request_line
+    from harness.boundary.replies import Described, ExperimentError
+    from harness.boundary.requests import Describe
     from harness.cards.lint import lint_report
     from harness.cards.model import load_report
     from harness.cards.rules import RuleSet, classify_report
-    from harness.descriptions import DescribeJob, Description, ExperimentError
     from harness.trial.chunks import add_chunk_cards
     from harness.trial.describe import describe
 
     report = classify_report(lint_report(load_report()).normalized, RuleSet.from_config(None))
-    job = DescribeJob(experiments={"run": ("experiments.vae_channels_last", "vae_channels_last"),
-                                   "typo": ("experiments.nope", None)},
-                      device="cpu", config={"timing": {"cpu_threads": 1}}, profiler={"name": "auto"},
-                      report=report.to_dict())
-    answer = describe(DescribeJob.from_json(json.loads(json.dumps(job.to_json()))))
-    described = Description.from_json(json.loads(json.dumps(answer.to_json())))  # as it crosses the pipe
-    assert described == answer
+    request = Describe(experiments={"run": ("experiments.vae_channels_last", "vae_channels_last"),
+                                    "typo": ("experiments.nope", None)},
+                       device="cpu", config={"timing": {"cpu_threads": 1}}, profiler={"name": "auto"},
+                       report=report.to_dict())
+    received, _ = read_request(request_line(request))  # as it crosses the pipe
+    assert received == request and isinstance(received, Describe)
+    answer = describe(received)
+    described = read_reply(reply_line(answer), Described)
+    assert described == answer and described.ok
     facts = described.experiment("run")
     assert facts.name == "vae_channels_last" and facts.baseline_name in facts.variants and facts.applies_to("conv3d")
     with pytest.raises(ExperimentError, match="experiment module 'experiments.nope' not found"):
@@ -123,18 +127,18 @@ def test_the_worker_describes_what_the_run_needs():
     assert cast and set(described.cast_frames) <= {c.id for c in cast}
     assert set(described.cast_frames.values()) <= {9, 12}
     assert set(described.unavailable) <= {c.op_kind for c in report.cards} | {"vae_decode", "dit_block"}
-    assert describe(DescribeJob(device="cuda:7")).device_error == (
+    assert describe(Describe(device="cuda:7")).device_error == (
         "device=cuda:7 but torch sees no CUDA device here; use device=auto or device=cpu")
 
 
 def test_a_worker_that_cannot_describe_the_run_is_one_error_line():
-    from harness.descriptions import DescribeJob
+    from harness.boundary.requests import Describe
     from harness.run.execute import RunError, describe
     from harness.run.worker import TrialWorker
 
     worker = TrialWorker(startup_timeout_s=0.01)  # no child imports torch that fast
     try:
         with pytest.raises(RunError, match=r"the worker process could not start \(no answer after 0.01 s\)"):
-            describe(worker, DescribeJob(device="cpu"), None)
+            describe(worker, Describe(device="cpu"), None)
     finally:
         worker.kill()

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from harness.cards.checks import CHECKS
-from harness.cards.diff import ReportDiff, diff_cards, diff_reports
+from harness.cards.diff import diff_cards, diff_reports
 from harness.cards.diff_markdown import render_markdown
+from harness.cards.diff_rows import ReportDiff
 from harness.cards.layout_conversions import is_layout_conversion, layout_conversions
 from harness.cards.model import Card, Kernel, Report, empty_metrics, parse_report
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.cards.diff import ReportDiff, diff_cards
+from harness.cards.diff import diff_cards
 from harness.cards.diff_markdown import render_markdown
+from harness.cards.diff_rows import ReportDiff
 from harness.cards.lint import normalize
 from harness.cards.model import Kernel
 from harness.cards.noise import paired_verdict

@@ -15,9 +15,9 @@ import torch.nn.functional as F
 import experiments.dit_output_fusion as fusion
 from experiments.dit_output_fusion import chain
 from harness.api.experiment import Experiment, ExperimentError, VariantSkipped
+from harness.boundary.spec import CardSpec
 from harness.cards.lint import lint_report
 from harness.cards.rules import classify_report
-from harness.jobs import TrialJob
 from harness.run.selection import SelectionError, apply_rule
 from harness.trial.build import build_trial_workload
 from harness.trial.correctness import Rule, judge_baseline
@@ -166,8 +166,8 @@ def test_the_hook_registers_once_and_is_applied_by_build_trial_workload(seed_rep
     with pytest.raises(ExperimentError, match="workload registered twice"):
         fusion.EXPERIMENT.workload(chain.extend_with_producer)
     card = seed_report.card(PROJ_OUT_480)
-    spec = TrialJob(card=card.to_dict(), experiment_module="experiments.dit_output_fusion", device="cpu",
-                     scale=0.05)
+    spec = CardSpec(card=card.to_dict(), experiment_module="experiments.dit_output_fusion", device="cpu",
+                    scale=0.05)
     workload, carried = build_trial_workload(spec, card, fusion.EXPERIMENT)
     hidden, shift, scale, weight, bias = chain.chain_inputs(carried)
     assert hidden.shape == (234, 5120) and shift.shape == (3, 5120)

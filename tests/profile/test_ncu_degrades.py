@@ -13,8 +13,9 @@ from types import SimpleNamespace
 import pytest
 
 import harness.profile.ncu_backend as backend
+from harness.boundary.requests import Measure
+from harness.boundary.spec import CardSpec
 from harness.cards.model import load_report
-from harness.jobs import TrialJob
 from harness.profile import registry
 from harness.profile.base import WorkloadFacts
 from harness.profile.ncu import command, probe
@@ -141,10 +142,10 @@ def test_a_truncated_or_timed_out_query_leaves_the_list_unchecked(
 # 2. An unknown unit: the field is null, the card says why, the trial goes on
 
 
-def _spec() -> TrialJob:
+def _spec() -> Measure:
     card = {**load_report().cards[0].to_dict(), "id": "card-a"}
-    return TrialJob(card=card, experiment_module="m", device="cuda", scale=1.0, role="baseline",
-                     variant="as_is", params={})
+    spec = CardSpec(card=card, experiment_module="m", device="cuda", scale=1.0)
+    return Measure(spec=spec, variant="as_is", baseline=True, card_path="baseline.json")
 
 
 RAW_WITH_ODD_UNIT = (

@@ -16,8 +16,9 @@ from types import SimpleNamespace
 import pytest
 
 import harness.profile.ncu_backend as backend
+from harness.boundary.requests import Measure
+from harness.boundary.spec import CardSpec
 from harness.cards.model import Card, Kernel, empty_metrics, load_report
-from harness.jobs import TrialJob
 from harness.profile.base import WorkloadFacts
 from harness.profile.ncu.command import profile_command
 from harness.profile.ncu.failures import detect
@@ -233,10 +234,10 @@ def test_keep_dir_keeps_one_report_per_card_and_trial(tmp_path: Path, monkeypatc
     profiler = backend.NcuProfiler({"executable": str(fake_ncu), "keep_dir": str(keep),
                                     "available_metrics": str(query)})
     facts = WorkloadFacts(flops=None, min_bytes=None, dtype="float32", op_kind="linear")
-    def make(card_id: str, role: str, variant: str, params: dict) -> TrialJob:
+    def make(card_id: str, role: str, variant: str, params: dict) -> Measure:
         card = {**load_report().cards[0].to_dict(), "id": card_id}
-        return TrialJob(card=card, experiment_module="m", device="cuda", scale=1.0, role=role, variant=variant,
-                         params=params)
+        spec = CardSpec(card=card, experiment_module="m", device="cuda", scale=1.0)
+        return Measure(spec=spec, variant=variant, params=params, baseline=role == "baseline", card_path="c.json")
 
     specs = [
         make("card-a", "baseline", "as_is", {}),
@@ -251,7 +252,8 @@ def test_keep_dir_keeps_one_report_per_card_and_trial(tmp_path: Path, monkeypatc
     assert reports[2].startswith("card-a/002_trial_tiles_") and reports[3].startswith("card-b/000_baseline_as_is/")
     for folder in {Path(r).parent for r in reports}:
         written = json.loads((keep / folder / "trial_spec.json").read_text())
-        assert written["nvtx_range"] and written["spec"]["card"]["id"] in ("card-a", "card/b")  # the card travels
+        card_id = written["measure"]["spec"]["card"]["id"]
+        assert written["nvtx_range"] and card_id in ("card-a", "card/b")  # the card travels
     # The chip lacks the report's tensor metric: its alternative is requested, and the profile says so.
     requested = seen[0][seen[0].index("--metrics") + 1].split(",")
     assert GMMA in requested and TENSOR not in requested

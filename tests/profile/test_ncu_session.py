@@ -25,8 +25,10 @@ from typing import Any
 import pytest
 
 import harness.profile.ncu_backend as backend
+from harness.boundary.framing import plain
+from harness.boundary.requests import Measure
+from harness.boundary.spec import CardSpec, TimingSettings
 from harness.cards.model import load_report
-from harness.jobs import TimingSettings, TrialJob
 from harness.profile import ncu_child
 from harness.profile.base import WorkloadFacts
 from harness.profile.ncu import command, report_file
@@ -70,9 +72,10 @@ out = csv.writer(table, quoting=csv.QUOTE_ALL, lineterminator="\n")
 out.writerow(["ID", "Kernel Name", "gpu__time_duration.sum", "launch__grid_size"])
 out.writerow(["", "", "nsecond", ""])
 if code == 0 and "profiled_call" in record["phases"]:
-    spec = json.loads(Path(program[program.index("harness.profile.ncu_child") + 1]).read_text())["spec"]
-    shape = json.dumps(spec["card"]["shape_parameters"]["input"])
-    name = "/".join([shape, spec["role"], str(spec["variant"]), json.dumps(spec["params"])])
+    measure = json.loads(Path(program[program.index("harness.profile.ncu_child") + 1]).read_text())["measure"]
+    shape = json.dumps(measure["spec"]["card"]["shape_parameters"]["input"])
+    role = "baseline" if measure["baseline"] else "trial"
+    name = "/".join([shape, role, str(measure["variant"]), json.dumps(measure["params"])])
     out.writerow(["0", name, "1,500", "128"])
     print(f'==PROF== Profiling "{{name}}" - 0: 0%....50%....100% - 9 passes', file=sys.stderr)
 else:
@@ -84,10 +87,12 @@ sys.exit(code)
 '''
 
 
-def _job(role: str = "baseline", variant: str = "ncdhw", **params: object) -> TrialJob:
+def _job(role: str = "baseline", variant: str = "ncdhw", **params: object) -> Measure:
     card = load_report().card(CARD).to_dict()
-    return TrialJob(card=card, experiment_module="experiments.vae_channels_last", device="cpu", scale=1.0,
-                    role=role, variant=variant, params=dict(params), timing=TimingSettings(warmup=1))
+    spec = CardSpec(card=card, experiment_module="experiments.vae_channels_last", device="cpu", scale=1.0,
+                    timing=TimingSettings(warmup=1))
+    return Measure(spec=spec, variant=variant, params=dict(params), baseline=role == "baseline",
+                   card_path=f"{role}.json")
 
 
 @pytest.fixture
@@ -165,7 +170,8 @@ def test_every_trial_after_the_first_finds_its_session_ready(profiler: backend.N
     assert [c["session"] for c in costs] == ["cold"] + ["prestarted"] * 3
     assert [c.get("ready_at_handoff") for c in costs[1:]] == [True] * 3
     for job, profile in zip(jobs, profiles):  # each session ran the job handed to it
-        assert profile.kernels[0].name.startswith(f"{SHAPE}/{job.role}/{job.variant}/")
+        role = "baseline" if job.baseline else "trial"
+        assert profile.kernels[0].name.startswith(f"{SHAPE}/{role}/{job.variant}/")
     # Each next session was launched before the trial it follows had even finished its child.
     for before, after in zip(profiles, costs[1:]):
         child_exit = json.loads((_kept(before) / TIMES).read_text())["child_exit"]
@@ -218,7 +224,7 @@ def test_a_session_that_ended_before_its_trial_is_replaced_by_a_cold_run(profile
 
 
 def test_the_phase_record_of_a_cold_child(tmp_path: Path) -> None:
-    write_job(tmp_path, {"spec": _job().to_json(), "nvtx_range": "harness_trial"})
+    write_job(tmp_path, {"measure": plain(_job()), "nvtx_range": "harness_trial"})
     launched = time.time()
     proc = subprocess.run([sys.executable, "-m", "harness.profile.ncu_child", str(tmp_path / "trial_spec.json"),
                            "--launched", f"{launched:.6f}", "--phases", str(tmp_path / PHASES_NAME)],
@@ -262,7 +268,7 @@ def test_the_wait_ends_when_the_owner_dies_while_waiting(tmp_path: Path) -> None
         owner.wait()
     assert why == f"owner {owner.pid} died"
     assert ncu_child.wait_for_job(tmp_path / "never.json", None, limit_s=0.0) == "no job within 0 s"
-    write_job(tmp_path, {"spec": {}})
+    write_job(tmp_path, {"measure": {}})
     assert ncu_child.wait_for_job(tmp_path / "trial_spec.json", os.getpid(), limit_s=60.0) is None
 
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from harness.trial.correctness import unit_roundoff
+from harness.api.numerics import unit_roundoff
 from harness.workloads import build_workload, plan_workload
 from harness.workloads.base import WorkloadError
 from harness.workloads.dit_block import ScopedLinear, block_linears

@@ -1,0 +1,186 @@
+"""What the worker child answers: one typed reply per request (harness.boundary.requests), each carrying
+its `TrialStatus` (harness.boundary.outcomes) and, when it is not COMPLETE, why in one line.
+
+- `Measured` (a Measure): where the measured card was written, its time per invocation and per original call,
+  the judgement of its output;
+- `Retimed` (a Retime): the baseline's time again, per original call;
+- `Confirmed` (a Confirm): each side's median per original call in every paired round;
+- `Described` (a Describe): what the run needs of the torch side (the experiments' `ExperimentFacts`, the
+  device and its environment, the profiler, what only the workloads derive from the report).
+
+Every failure is a reply too, never an exception across the pipe: the child's own (the variant raised, ran out
+of memory, the card cannot be built: harness.trial.handlers) and the run's (the child died or missed its
+deadline: harness.run.worker). The base `Reply` holds what every reply carries, so a failure reads as the
+reply its request expects. Each part a Describe could not describe travels as its one-line message; the run
+raises it where its check stands in a run's set-up, so the order of a run's errors does not depend on which
+process found them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping, Sequence
+
+from harness.boundary.outcomes import OUTCOMES, Outcome, TrialStatus
+from harness.errors import HarnessError
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What every reply carries: how the request ended, and the child's wall time by phase."""
+
+    status: TrialStatus
+    reason: str = ""  # why, in one line (one_line), when it is not COMPLETE
+    seconds: dict[str, float] = field(default_factory=dict)  # by phase: timing_s, profile_s, setup_s, build_s ...
+    restart: bool = False  # the child's CUDA context is unusable: the run starts a new child
+
+    @property
+    def ok(self) -> bool:
+        return self.status is TrialStatus.COMPLETE
+
+    @property
+    def outcome(self) -> Outcome:
+        return OUTCOMES[self.status]
+
+    @property
+    def restarted(self) -> bool:
+        """The child did not survive this request (a new one serves the next)."""
+        return self.outcome.restarts_worker
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """An output against its float64 reference (harness.trial.correctness.Correctness, as it travels)."""
+
+    max_abs: float
+    max_rel: float
+    bound: float
+    derivation: str
+    baseline_error: float | None
+    precision: str
+    feasible: bool
+    note: str = ""
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> Judgement:
+        """From a Correctness's dict (or a trial's stored copy of one): the keys a judgement has, the rest left."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in obj.items() if k in names})
+
+    def why_infeasible(self) -> str:
+        """One line: the numbers, and the check's own reason when it has one (a check beyond the output's
+        error, the physical floor say, refuses an output within its bound: then the reason alone)."""
+        if self.note and self.max_rel <= self.bound:
+            return self.note
+        why = f" ({self.note})" if self.note else ""
+        return f"max_rel {self.max_rel:.3g} > bound {self.bound:.3g}{why}"
+
+
+@dataclass(frozen=True)
+class Measured(Reply):
+    """A measured baseline or trial."""
+
+    card_path: str | None = None  # the measured card, written before the answer (also for an infeasible one)
+    median_us: float | None = None  # per invocation
+    per_call_us: float | None = None  # per original call: what the search minimises
+    calls: int = 1
+    judgement: Judgement | None = None
+
+
+@dataclass(frozen=True)
+class Retimed(Reply):
+    """The kept baseline timed again: what the drift check compares."""
+
+    per_call_us: float | None = None
+
+
+@dataclass(frozen=True)
+class SideRounds:
+    """One side of the confirm rounds: its median per original call in each round."""
+
+    round_us: list[float]  # per original call (a batched side's invocation divided by its calls)
+    calls: int
+
+
+@dataclass(frozen=True)
+class Confirmed(Reply):
+    """The paired confirm rounds, each side's (the cards they restate are written where the plan said)."""
+
+    baseline_rounds: SideRounds | None = None
+    tried_rounds: SideRounds | None = None
+
+
+class ExperimentError(HarnessError):
+    """An experiment that does not exist or is misconfigured; one line, with the fix."""
+
+
+def check_space_params(experiment: str, takes: Mapping[str, Sequence[str]], space: Mapping[str, Any]) -> None:
+    """Every parameter of the space is one its variant takes (`takes`: each variant's parameters after the
+    workload): a typo must not be searched silently. Unknown variants are harness.search.validate_space's."""
+    for variant, params in space.items():
+        if variant not in takes:
+            continue
+        for name in params or {}:
+            if name not in takes[variant]:
+                raise ExperimentError(
+                    f"experiment.space.{variant}.{name}: {experiment}'s variant {variant} takes no parameter "
+                    f"{name!r}; it takes: {', '.join(takes[variant]) or 'none'}")
+
+
+@dataclass(frozen=True)
+class ExperimentFacts:
+    """An experiment module as the run's side knows it: what harness.api.experiment.Experiment says of itself."""
+
+    name: str
+    module: str
+    op_kinds: tuple[str, ...]
+    classes: tuple[str, ...]
+    hypothesis: str
+    check: str
+    check_module: str | None  # the module that registered the check (torch-free); None: harness.cards.checks'
+    baseline_name: str
+    variants: dict[str, list[str]]  # each variant, in registration order, with the parameters it takes
+    unmet: dict[str, str]  # the variants the described device cannot run, each with why (Experiment.unmet_needs)
+    metric_set: str | None
+    workload_dtype: str
+
+    def applies_to(self, op_kind: str) -> bool:
+        return op_kind in self.op_kinds
+
+    def check_space(self, space: Mapping[str, Any]) -> None:
+        check_space_params(self.name, self.variants, space)
+
+
+@dataclass(frozen=True)
+class Described(Reply):
+    """What the child found, and for each part it could not describe, why (one line)."""
+
+    experiments: dict[str, ExperimentFacts] = field(default_factory=dict)  # by the request's labels
+    experiment_errors: dict[str, str] = field(default_factory=dict)
+    device: str | None = None
+    device_error: str | None = None
+    environment: dict[str, Any] = field(default_factory=dict)  # harness.trial.environment.describe_environment
+    profiler: str | None = None  # the backend's name (harness.profile.registry)
+    profiler_notes: list[str] = field(default_factory=list)  # why it is not the one asked for (auto's fallback)
+    profiler_error: str | None = None
+    chunk_cards: list[dict[str, Any]] = field(default_factory=list)  # the report's chunk cards (harness.trial.chunks)
+    cast_frames: dict[str, int] = field(default_factory=dict)  # cast card id -> frames its report pair tells
+    unavailable: dict[str, str] = field(default_factory=dict)  # the report's op kinds this install cannot build
+
+    def experiment(self, label: str) -> ExperimentFacts:
+        """The facts of one described experiment; ExperimentError (its one line) when it could not be loaded."""
+        if label in self.experiment_errors:
+            raise ExperimentError(self.experiment_errors[label])
+        return self.experiments[label]
+
+
+def per_call(median_us: float, calls: int) -> float:
+    """A time per invocation as a time per original call: the one place a batch's time is divided."""
+    return float(median_us) / max(int(calls), 1)
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """A failure as a reply's reason: `ExceptionType: first line of the message`, at most `limit` characters."""
+    text = str(exc).strip().splitlines()
+    message = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return message if len(message) <= limit else message[: limit - 3] + "..."
