@@ -4,7 +4,7 @@
                                      [--ncu [PATH]] [--metrics-list FILE] [--prestarted] [--json OUT]
 
 For each card (default: the experiment's default cards on this device, as `python -m harness` picks them)
-the ncu child (harness.profile.ncu_child) runs the card's baseline as NcuProfiler runs it: cold (a fresh
+the ncu child (harness.trial.ncu_child) runs the card's baseline as NcuProfiler runs it: cold (a fresh
 process that imports everything) and, with --prestarted, as a session started ahead (its imports done
 before the job is handed). With --ncu (a path, or found as the harness finds it) the child runs under ncu
 with the profiler's command line (metric set `report` checked against the chip's list: --metrics-list, a

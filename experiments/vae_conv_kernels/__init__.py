@@ -49,7 +49,7 @@ from experiments.vae_conv_kernels.im2col import LAYOUTS, im2col_conv3d
 from experiments.vae_conv_kernels.kernel import ConvGemm, conv_input_precision, triton_conv3d
 from harness.api.compiled import compile_call, frozen_module
 from harness.api.experiment import Experiment, Prepared, VariantSkipped
-from harness.api.numerics import pinned_value
+from harness.api.numerics import cudnn_conv_tf32
 from harness.api.peaks import card_peaks, sm_count
 from harness.api.tiles import HOPPER, TileConfig, executed_flops, padded, tile_count, waves, widest_useful_block
 from harness.api.triton_support import check_launchable, first_launch
@@ -149,7 +149,7 @@ def cpu_conv_path(fn: Callable[[], Any]) -> str:
 def _path_facts(w: Workload, fn: Callable[[], Any]) -> dict[str, Any]:
     """The math mode, and on a CPU the conv path fn takes (on CUDA the profile's kernel names say it)."""
     if _is_cuda(w):
-        return {"math_mode": math_mode(w.device, bool(torch.backends.cudnn.allow_tf32))}
+        return {"math_mode": math_mode(w.device, cudnn_conv_tf32())}
     return {"math_mode": "fp32", "cpu_path": cpu_conv_path(fn)}
 
 
@@ -193,7 +193,8 @@ def fp32_ncdhw(w: Workload) -> Prepared:
 @EXPERIMENT.variant(needs="cuda")
 def cudnn_algorithm(w: Workload, benchmark: bool = True, memory_format: str = "contiguous") -> Prepared:
     """F.conv3d with cuDNN's algorithm benchmarked (cudnn.benchmark) or picked by its heuristics, on NCDHW or
-    channels_last_3d input and weight; benchmark and TF32 (as the baseline) set per call and restored."""
+    channels_last_3d input and weight; benchmark set per call and restored (TF32: the card's pinned math mode,
+    as the baseline's)."""
     if memory_format not in FORMATS:
         raise VariantSkipped(f"memory_format={memory_format!r}: choose {', '.join(FORMATS)}")
     if not isinstance(benchmark, bool):
@@ -206,8 +207,9 @@ def cudnn_algorithm(w: Workload, benchmark: bool = True, memory_format: str = "c
     x, weight = (w.inputs[name].contiguous(memory_format=fmt) for name in ("input", "weight"))
     bias = w.inputs.get("bias")
     args, conv = _conv_args(w), _conv(w)
-    tf32 = bool(pinned_value("cudnn.allow_tf32"))  # the math mode the baseline runs under
-    settings = ((torch.backends.cudnn, "benchmark", benchmark), (torch.backends.cudnn, "allow_tf32", tf32))
+    # A variant is prepared under the card's pinned math mode (harness.trial.torch_state): the baseline's TF32.
+    tf32 = cudnn_conv_tf32()  # the card's pinned math mode, which the timed calls run under too
+    settings = ((torch.backends.cudnn, "benchmark", benchmark),)
 
     def run() -> torch.Tensor:
         with set_for_call(*settings):
@@ -359,12 +361,21 @@ def compiled(w: Workload, mode: str = "default") -> Prepared:
     module = frozen_module(layer, weight=weight, bias=bias)
     run, compile_s = compile_call(module, (x,), mode, w.device)
     facts = {"compile_mode": mode, "compile_s": round(compile_s, 2),
-             "math_mode": math_mode(w.device, bool(torch.backends.cudnn.allow_tf32))}
+             "math_mode": math_mode(w.device, cudnn_conv_tf32())}
     return Prepared(run, facts=facts)
 
 
 # ---------------------------------------------------------------------------------------------
 # Evidence on every measured card
+
+
+def _recorded_conv_tf32(state: dict[str, Any]) -> bool:
+    """cudnn_conv_tf32() as a card's recorded torch state says it (harness.trial.torch_settings' keys): the fp32
+    precision tree's conv node where torch has one, else the legacy switch (torch's default: allowed)."""
+    node = state.get("fp32_precision.cuda.conv")
+    if node in ("tf32", "ieee"):
+        return node == "tf32"
+    return state.get("cudnn.allow_tf32", True) is True
 
 
 @EXPERIMENT.annotate
@@ -374,7 +385,7 @@ def add_conv_evidence(card: Any, w: Workload) -> None:
     variant = card.extra.get("variant") or {}
     calls = int(variant.get("calls") or 1)
     state = card.extra.get("torch_state") or {}
-    mode = variant.get("math_mode") or math_mode(w.device, bool(state.get("cudnn.allow_tf32", True)))
+    mode = variant.get("math_mode") or math_mode(w.device, _recorded_conv_tf32(state))
     conv: dict[str, Any] = {"math_mode": mode, "nominal_flops_per_call": w.flops}
     try:
         gemm = ConvGemm.from_shape(gemm_shape(w))

@@ -1,7 +1,7 @@
 """The numerics a variant runs and is judged in: the precisions it may declare (`Prepared.precision`: a floating
-dtype, or TF32), each one's unit roundoff, the unit of the correctness bound (harness.trial.correctness), and the
-value a process-global torch setting is pinned to for the card being measured, e.g. the math mode its baseline
-runs under (`pinned_value`, harness.trial.torch_state).
+dtype, or TF32), each one's unit roundoff, the unit of the correctness bound (harness.trial.correctness), and
+whether float32 convolutions may run as TF32 now (`cudnn_conv_tf32`: a variant is prepared and run under the card's
+pinned math mode, harness.trial.torch_state, so this is the baseline's).
 
 The precisions are defined here, below the trial that judges them: an experiment's `Prepared` checks its
 declaration with them as it is made, and the worker's judge and evidence (harness.trial.correctness,
@@ -13,10 +13,9 @@ from __future__ import annotations
 import torch
 
 from harness.errors import HarnessError
-from harness.trial.torch_state import pinned_value
 from harness.workloads.base import WorkloadError, dtype_name, parse_dtype
 
-__all__ = ["TF32", "CorrectnessError", "pinned_value", "precision_name", "storage_dtype", "unit_roundoff"]
+__all__ = ["TF32", "CorrectnessError", "cudnn_conv_tf32", "precision_name", "storage_dtype", "unit_roundoff"]
 
 TF32 = "tf32"  # a math mode of float32 tensors, not a storage dtype: torch has no dtype for it
 _TF32_NAMES = (TF32, "tfloat32")
@@ -57,3 +56,15 @@ def storage_dtype(precision: str) -> torch.dtype | None:
     """The dtype a tensor of `precision` is stored in; None for TF32, which only float32 math uses."""
     name = precision_name(precision)
     return None if name == TF32 else parse_dtype(name)
+
+
+def cudnn_conv_tf32() -> bool:
+    """Whether cuDNN may run float32 convolutions as TF32 now. Torch >= 2.9 keeps it in the fp32 precision tree,
+    whose conv node is read first: the legacy `torch.backends.cudnn.allow_tf32` raises there once the conv and
+    RNN nodes differ (a card pinned to IEEE convolutions leaves RNNs at TF32)."""
+    getter = getattr(torch._C, "_get_fp32_precision_getter", None)
+    if getter is not None:
+        precision = str(getter("cuda", "conv"))
+        if precision in ("tf32", "ieee"):
+            return precision == "tf32"
+    return bool(torch.backends.cudnn.allow_tf32)

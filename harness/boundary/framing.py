@@ -7,7 +7,7 @@ a reply line is the reply's fields, read back as the type its request is answere
 a reply needs no name of its own, and a child that could not even read a request answers a bare `Reply` that
 reads as any of them. A message is a dataclass of JSON's own types, enums and other such dataclasses: `plain`
 writes one, `typed` reads it back by its annotations and refuses a key it does not know (a line written by
-another harness version). The ncu child reads its Measure from a file the same way (harness.profile.ncu_child).
+another harness version). The ncu child reads its Measure from a file the same way (harness.trial.ncu_child).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ profile what runs on it, the same for every request of that card.
 
 The run (harness.run.card_search) makes one `CardSpec` per card, and every card request carries it
 (harness.boundary.requests), so the worker child (harness.trial.server), a new child after a crash and the
-ncu child (harness.profile.ncu_child) each rebuild the card from any one request alone. It carries the card
+ncu child (harness.trial.ncu_child) each rebuild the card from any one request alone. It carries the card
 itself, as the run has it (a chunk card derived from the report, a round-2 card from best.json), so no child
 re-reads or re-lints the report. The settings it carries are here, torch-free, because both sides read them:
 the config's schema (harness.config.schema) is made of them, and the workloads build from them.

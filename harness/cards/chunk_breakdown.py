@@ -1,6 +1,6 @@
 """Measured chunk cards: which contained op card each profiled kernel stands for, and the diff row's
 `op_breakdown` and prediction from the op cards' own results. Torch-free: the run's side writes the diff
-(harness.report.outputs), and an experiment's `annotate` in the worker names the cards on the kernels alike.
+(harness.run.outputs), and an experiment's `annotate` in the worker names the cards on the kernels alike.
 
 A measured chunk card's kernels are every op the chunk ran, one per op, input shapes and the top-level
 op it ran under (the CPU profiler's per-shape profile; on a GPU, torch_cuda's kernels with the op and scope

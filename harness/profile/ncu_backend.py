@@ -1,6 +1,6 @@
 """`profiler=ncu`: each trial re-run in its own process under Nsight Compute, with the report's metrics.
 
-The child (harness.profile.ncu_child) rebuilds the card's workload and the variant from the trial's Measure,
+The child (harness.trial.ncu_child) rebuilds the card's workload and the variant from the trial's Measure,
 warms up outside the NVTX range, then runs the measured call inside the push/pop range that ncu is
 told to include, so set-up, allocation and warm-up kernels are not profiled. The report is read back
 through ncu_report (or ncu's raw-page CSV export) and converted to the report's units.

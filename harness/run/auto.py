@@ -33,10 +33,10 @@ from harness.cards.reproduce import Reproduction
 from harness.cards.rules import classify_report
 from harness.config.schema import AUTO, ExperimentConfig, HarnessConfig, experiment_of
 from harness.report.html import render_index_html
-from harness.report.outputs import reproduction_of
 from harness.report.overview import CardResult, render_end_to_end
 from harness.run.estimate import plan_estimate
 from harness.run.execute import RunError, card_results, describe, execute, rules_of, with_report_cards
+from harness.run.outputs import reproduction_of
 from harness.run.provenance import report_sha256
 from harness.run.selection import SelectionError, in_scope, pick_cards
 from harness.run.worker import TrialWorker, worker_for

@@ -26,8 +26,8 @@ from harness.cards.rules import RuleSet, classify_report
 from harness.config.schema import HarnessConfig, experiment_of, plain
 from harness.config.validate import check_output_dir, validate_config
 from harness.errors import HarnessError
-from harness.report.outputs import card_results, write_outputs, write_page
 from harness.run.card_search import run_card
+from harness.run.outputs import card_results, write_outputs, write_page
 from harness.run.progress import RunProgress
 from harness.run.provenance import claim_run_dir
 from harness.run.selection import SelectionError, select_cards

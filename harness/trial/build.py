@@ -1,7 +1,7 @@
 """A card rebuilt from its spec (harness.boundary.spec.CardSpec): its workload, and its baseline prepared.
 
 Every card request carries the card's spec; the worker (harness.trial.server) and the ncu child
-(harness.profile.ncu_child) rebuild the same card from it here, so both measure the same workload. The spec's
+(harness.trial.ncu_child) rebuild the same card from it here, so both measure the same workload. The spec's
 `applied` lists the variants earlier rounds adopted on the card (harness.trial.rounds): they decide the
 baseline and the inputs the variants start from.
 """

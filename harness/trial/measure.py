@@ -29,9 +29,9 @@ from harness.profile.timing import TimingResult, time_cpu, warm_up
 from harness.trial import torch_state
 from harness.trial.checks import Output, Phase, named, output_checks
 from harness.trial.correctness import Correctness
-from harness.trial.input_guard import InputGuard
 from harness.trial.physics import Floor
 from harness.workloads.base import Workload
+from harness.workloads.input_guard import InputGuard
 
 
 def _rss_bytes() -> int:

@@ -15,7 +15,7 @@ from harness.boundary.replies import Judgement
 from harness.boundary.requests import Measure
 from harness.boundary.spec import CardSpec
 from harness.trial import torch_state
-from harness.trial.input_guard import InputGuard
+from harness.workloads.input_guard import InputGuard
 
 
 def annotate(experiment: Any, card: Any, workload: Any) -> None:
@@ -32,7 +32,7 @@ class CardState:
     experiment: Any
     workload: Any  # what the variants are prepared on: as built, with the applied variants' carries
     baseline: Any  # the experiment's Prepared baseline
-    guard: Any = None  # harness.trial.input_guard.InputGuard over the inputs every variant is prepared on
+    guard: Any = None  # harness.workloads.input_guard.InputGuard over the inputs every variant is prepared on
     reference: Any = None  # the workload's float64 reference, once computed or loaded
     # The float64 references of the card's workloads, draws and batches a variant was judged on, by
     # (id of the workload, calls).

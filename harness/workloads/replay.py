@@ -37,7 +37,6 @@ from typing import Any, Callable
 import torch
 
 from harness.cards.ids import REPLAY
-from harness.trial.input_guard import InputGuard
 from harness.workloads.base import (
     LAYOUT_DIMS,
     MEMORY_FORMATS,
@@ -52,6 +51,7 @@ from harness.workloads.base import (
     require,
 )
 from harness.workloads.call_codec import decode, resolve, tensor_names
+from harness.workloads.input_guard import InputGuard
 from harness.workloads.inputs import Source
 
 KIND = REPLAY

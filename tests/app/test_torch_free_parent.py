@@ -48,7 +48,7 @@ def _run_without_torch(run_dir: Path, *overrides: str) -> subprocess.CompletedPr
 
 # The run's side (ARCHITECTURE: the process boundary is the spine): every module the app's process imports.
 PARENT_MODULES = ("harness.__main__", "harness.run.execute", "harness.run.auto", "harness.run.card_search",
-                  "harness.run.state", "harness.report.outputs", "harness.run.provenance", "harness.run.stopping",
+                  "harness.run.state", "harness.run.outputs", "harness.run.provenance", "harness.run.stopping",
                   "harness.run.multirun", "harness.run.selection", "harness.report.recipe", "harness.report.overview",
                   "harness.boundary.framing", "harness.cards.chunk_breakdown", "harness.cards.applied",
                   "harness.config.schema", "harness.config.validate", "harness.search", "harness.run.worker",

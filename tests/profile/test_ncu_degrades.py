@@ -22,7 +22,7 @@ from harness.profile.ncu import command, probe
 from harness.profile.ncu.failures import NcuFailure, detect
 from harness.profile.ncu.importer import cards_from_ncu
 from harness.profile.ncu.metrics import SENTINEL_METRIC, is_attribute, metrics_for, resolve_metrics
-from harness.report.outputs import render_summary
+from harness.run.outputs import render_summary
 
 VERSION_OUTPUT = """\
 NVIDIA (R) Nsight Compute Command Line Profiler

@@ -23,16 +23,18 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 
 import harness.profile.ncu_backend as backend
 from harness.boundary.framing import plain
 from harness.boundary.requests import Measure
 from harness.boundary.spec import CardSpec, TimingSettings
+from harness.cards.dtype import IEEE, TF32, CardDtype
 from harness.cards.model import load_report
-from harness.profile import ncu_child
 from harness.profile.base import WorkloadFacts
 from harness.profile.ncu import command, report_file
 from harness.profile.ncu.session import PHASES_NAME, read_phases, replay_passes, write_job
+from harness.trial import ncu_child
 from tests.processes import alive, wait_dead
 
 CARD = "vae-480-conv3d-16to16k111t3-9507c7"  # the report's smallest conv3d: a trial of it takes milliseconds
@@ -72,7 +74,7 @@ out = csv.writer(table, quoting=csv.QUOTE_ALL, lineterminator="\n")
 out.writerow(["ID", "Kernel Name", "gpu__time_duration.sum", "launch__grid_size"])
 out.writerow(["", "", "nsecond", ""])
 if code == 0 and "profiled_call" in record["phases"]:
-    measure = json.loads(Path(program[program.index("harness.profile.ncu_child") + 1]).read_text())["measure"]
+    measure = json.loads(Path(program[program.index("harness.trial.ncu_child") + 1]).read_text())["measure"]
     shape = json.dumps(measure["spec"]["card"]["shape_parameters"]["input"])
     role = "baseline" if measure["baseline"] else "trial"
     name = "/".join([shape, role, str(measure["variant"]), json.dumps(measure["params"])])
@@ -226,7 +228,7 @@ def test_a_session_that_ended_before_its_trial_is_replaced_by_a_cold_run(profile
 def test_the_phase_record_of_a_cold_child(tmp_path: Path) -> None:
     write_job(tmp_path, {"measure": plain(_job()), "nvtx_range": "harness_trial"})
     launched = time.time()
-    proc = subprocess.run([sys.executable, "-m", "harness.profile.ncu_child", str(tmp_path / "trial_spec.json"),
+    proc = subprocess.run([sys.executable, "-m", "harness.trial.ncu_child", str(tmp_path / "trial_spec.json"),
                            "--launched", f"{launched:.6f}", "--phases", str(tmp_path / PHASES_NAME)],
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -243,7 +245,7 @@ def test_the_phase_record_of_a_cold_child(tmp_path: Path) -> None:
 def test_a_waiting_child_whose_owner_died_exits_without_importing(tmp_path: Path) -> None:
     owner = subprocess.Popen([sys.executable, "-c", "pass"])
     owner.wait()  # gone and reaped: its pid names no process
-    proc = subprocess.run([sys.executable, "-m", "harness.profile.ncu_child", str(tmp_path / "never.json"),
+    proc = subprocess.run([sys.executable, "-m", "harness.trial.ncu_child", str(tmp_path / "never.json"),
                            "--wait", "--owner", str(owner.pid), "--phases", str(tmp_path / PHASES_NAME)],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == ncu_child.EXIT_NO_JOB
@@ -321,3 +323,27 @@ def test_the_gpu_checks_ncu_budgets_and_what_its_summary_reads(tmp_path: Path) -
     found = gc._ncu_costs(tmp_path)
     assert list(found) == ["baseline"] and found["baseline"]["wall_s"] == 5.5
     assert found["baseline"]["passes"] == [9] and found["baseline"]["ready_at_handoff"] is None
+
+
+@pytest.mark.parametrize("math, allowed", [(IEEE, False), (TF32, True)])
+def test_the_ncu_child_runs_a_card_under_its_math_mode(math: str, allowed: bool) -> None:
+    """The profiled call runs under the card's pinned math mode, as the worker's timing does: a float32 conv card
+    decided 'ieee' must not profile cuDNN's TF32 kernels (torch's default) under ncu, nor a 'tf32' one the
+    reverse. The process-wide switch is set to the opposite first, and is back to it afterwards."""
+    from tests.profile import math_probe_experiment as probe
+
+    card = load_report().card(CARD).to_dict()
+    spec = CardSpec(card=card, experiment_module=probe.__name__, device="cpu", scale=0.2,
+                    timing=TimingSettings(warmup=1),
+                    dtype=CardDtype("float32", "config", math, "the test's"))
+    request = Measure(spec=spec, variant="base", baseline=True, card_path="baseline.json")
+    probe.SEEN.clear()
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = not allowed
+    try:
+        ncu_child.run_trial({"measure": plain(request), "nvtx_range": "harness_trial"}, ncu_child.PhaseClock(None))
+        assert torch.backends.cudnn.allow_tf32 is (not allowed)  # restored after the trial
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+    # prepare, one warm-up call, the profiled call
+    assert probe.SEEN == [("prepare", allowed), ("call", allowed), ("call", allowed)]

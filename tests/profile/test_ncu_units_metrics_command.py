@@ -115,7 +115,7 @@ def test_stall_request_pattern_and_reader_agree_on_real_names() -> None:
 
 
 def test_profile_command_flags(tmp_path: Path) -> None:
-    child = [sys.executable, "-m", "harness.profile.ncu_child", str(tmp_path / "trial.json")]
+    child = [sys.executable, "-m", "harness.trial.ncu_child", str(tmp_path / "trial.json")]
     command = profile_command(
         child,
         nvtx_range="trial 7",

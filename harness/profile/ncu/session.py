@@ -1,6 +1,6 @@
 """One trial's ncu session: its folder and command, started ahead of its trial, and what the trial cost.
 
-A trial under ncu is a process of its own (harness.profile.ncu_child, started by ncu): ncu starting, the
+A trial under ncu is a process of its own (harness.trial.ncu_child, started by ncu): ncu starting, the
 interpreter, torch and the harness imports take seconds that do not depend on the trial. A
 `PendingSession` starts that command before the trial is known, the child in --wait mode: it imports
 everything, then waits for its job without a CUDA call (nothing on the GPU, nothing for ncu to profile).
@@ -34,7 +34,7 @@ from harness.profile.ncu.runner import RunResult, Started, checked, start_comman
 JOB_NAME = "trial_spec.json"
 PHASES_NAME = "phases.json"
 REPORT_NAME = "trial.ncu-rep"
-CHILD_MODULE = "harness.profile.ncu_child"
+CHILD_MODULE = "harness.trial.ncu_child"
 # ncu's progress line per profiled kernel: `==PROF== Profiling "k" - 0: 0%....50%....100% - 9 passes`. The
 # program's own output may land inside it (between "100%" and " - 9 passes"), so only the tail is matched.
 _PASSES = re.compile(r" - (\d+) pass(?:es)?\b")

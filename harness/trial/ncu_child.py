@@ -1,6 +1,6 @@
 """The process ncu profiles: rebuild one trial from its Measure request and run it inside the NVTX range.
 
-    python -m harness.profile.ncu_child JOB.json [--wait] [--owner PID] [--wait-limit S]
+    python -m harness.trial.ncu_child JOB.json [--wait] [--owner PID] [--wait-limit S]
                                                  [--launched EPOCH] [--phases OUT.json]
 
 JOB.json is `{"measure": <the trial's Measure (harness.boundary.requests), as the worker got it>, "nvtx_range":
@@ -128,6 +128,7 @@ def run_trial(written: dict[str, Any], clock: PhaseClock) -> None:
     from harness.api.experiment import load_experiment
     from harness.boundary.framing import typed
     from harness.boundary.requests import Measure
+    from harness.trial import torch_state
     from harness.trial.build import build_trial_workload, prepare_baseline
 
     with clock.phase("job_decode"):
@@ -145,23 +146,26 @@ def run_trial(written: dict[str, Any], clock: PhaseClock) -> None:
             sync()
     with clock.phase("workload_build"):
         workload, carried = build_trial_workload(spec, card, experiment)
-    with clock.phase("variant_prepare"):
-        if request.baseline:
-            fn = prepare_baseline(spec, workload, experiment)[0].fn
-        else:
-            fn = experiment.prepare(request.variant, carried, request.params).fn
-    with clock.phase("warm_up"):  # under ncu, outside the NVTX range: nothing of it is profiled
-        warmup = spec.timing.warmup
-        for _ in range(WARMUP_CALLS if warmup is None else warmup):
+    # The settings the worker measures under (the card's math mode over the pinned defaults): without them a
+    # float32 card's kernels here could run another math mode than the worker's timing did.
+    with torch_state.pinned():
+        with clock.phase("variant_prepare"):
+            if request.baseline:
+                fn = prepare_baseline(spec, workload, experiment)[0].fn
+            else:
+                fn = experiment.prepare(request.variant, carried, request.params).fn
+        with clock.phase("warm_up"):  # under ncu, outside the NVTX range: nothing of it is profiled
+            warmup = spec.timing.warmup
+            for _ in range(WARMUP_CALLS if warmup is None else warmup):
+                fn()
+            sync()
+        with clock.phase("profiled_call"):
+            if cuda:
+                torch.cuda.nvtx.range_push(nvtx_range)
             fn()
-        sync()
-    with clock.phase("profiled_call"):
-        if cuda:
-            torch.cuda.nvtx.range_push(nvtx_range)
-        fn()
-        sync()
-        if cuda:
-            torch.cuda.nvtx.range_pop()
+            sync()
+            if cuda:
+                torch.cuda.nvtx.range_pop()
 
 
 def _die_with_ncu() -> None:
@@ -177,7 +181,7 @@ def _die_with_ncu() -> None:
 
 
 def _arguments(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m harness.profile.ncu_child")
+    parser = argparse.ArgumentParser(prog="python -m harness.trial.ncu_child")
     parser.add_argument("job", type=Path, help="the trial's job (JSON); with --wait, where it will appear")
     parser.add_argument("--wait", action="store_true", help="import first, then wait for JOB to appear")
     parser.add_argument("--owner", type=int, default=None, help="give up waiting when this process dies")
@@ -205,6 +209,7 @@ def _serve(args: argparse.Namespace, clock: PhaseClock) -> dict[str, Any]:
         import harness.api.experiment  # noqa: F401  (what run_trial imports, timed apart from the job's own work)
         import harness.boundary.framing  # noqa: F401
         import harness.trial.build  # noqa: F401
+        import harness.trial.torch_state  # noqa: F401
     clock.mark("ready")
     # Nothing imported so far may touch the GPU: a waiting session must hold nothing there.
     extra: dict[str, Any] = {"cuda_initialized_before_job": bool(torch.cuda.is_initialized())}
