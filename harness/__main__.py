@@ -26,10 +26,8 @@ from harness.config.schema import HarnessConfig, plain, typed
 from harness.config.validate import ConfigError, check_creatable, compose_checked, plain_config, validate_config
 from harness.config.validate import hydra_error_line as _one_line
 from harness.errors import HarnessError
-from harness.run.auto import run_auto
-from harness.run.execute import execute
 from harness.run.provenance import check_run_dir, claim_run_dir, resumable
-from harness.run.stopping import record_stop
+from harness.run.worker import worker_for
 from harness.search import make_storage, note_interrupt, safe_to_interrupt
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -94,6 +92,8 @@ def _stopped(run_dir: Path | None, stop: BaseException | None = None) -> NoRetur
     if run_dir is None or not resumable(run_dir):
         print(f"interrupted ({name}) before the run started: nothing was measured", file=sys.stderr)
     else:
+        from harness.run.stopping import record_stop
+
         command = resume_command(run_dir)
         try:
             record_stop(run_dir, stop or KeyboardInterrupt(), name, command)
@@ -124,6 +124,11 @@ def resume_command(run_dir: Path) -> str:
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 def app(cfg: DictConfig) -> float | None:
     install_signal_handlers()  # again: a launcher (submitit) may run this function without main()
+    # Imported here, not with this module: preflight has started the worker by now, and these imports
+    # (Optuna's study, the report's plots) run while it imports torch.
+    from harness.run.auto import run_auto
+    from harness.run.execute import execute
+
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     config = typed(cfg)  # the one conversion: every part of the run reads the typed config
     if config.experiment is None:  # experiment=auto
@@ -209,7 +214,8 @@ def preflight(args: list[str]) -> None:
 
     Hydra's own errors (an unknown key, a bad override, a value of the wrong type) and an uncreatable
     run directory would otherwise end in several lines or a traceback; here they are one `error:` line
-    and exit 2. Options (`--multirun`, `--cfg`, `--help`, ...) are left to Hydra.
+    and exit 2. Options (`--multirun`, `--cfg`, `--help`, ...) are left to Hydra. A good config starts the
+    worker child.
     """
     if any(arg.startswith("-") for arg in args):
         return
@@ -218,11 +224,14 @@ def preflight(args: list[str]) -> None:
         check_creatable(run_dir, "hydra.run.dir")
         # Before Hydra writes into the folder: not another run's, and with resume, a run to resume.
         check_run_dir(Path(run_dir), config)
-        search = typed(config).search
-        if search.storage:  # the default lives in the run directory, not made yet
-            make_storage(search.storage, search)
+        checked = typed(config)
+        if checked.search.storage:  # the default lives in the run directory, not made yet
+            make_storage(checked.search.storage, checked.search)
     except HarnessError as exc:
         _fail(str(exc))
+    # The config is good: the worker child starts importing torch (seconds) while this process imports the
+    # rest of the run and Hydra sets it up; the run finds it started (harness.run.worker.worker_for).
+    worker_for(checked).spawn()
 
 
 def main() -> None:

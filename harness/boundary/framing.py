@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import types
-from dataclasses import asdict, fields, is_dataclass
+from dataclasses import fields, is_dataclass
 from enum import Enum
 from functools import cache
 from typing import Any, Mapping, TypeVar, Union, get_args, get_origin, get_type_hints
@@ -83,8 +83,8 @@ def plain(value: Any) -> Any:
     """JSON's own types: enums by value, tuples as lists, dataclasses as their fields."""
     if isinstance(value, Enum):
         return value.value
-    if is_dataclass(value) and not isinstance(value, type):
-        return plain(asdict(value))
+    if is_dataclass(value) and not isinstance(value, type):  # field by field: asdict would deep-copy every leaf
+        return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, Mapping):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

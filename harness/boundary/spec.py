@@ -12,7 +12,7 @@ the config's schema (harness.config.schema) is made of them, and the workloads b
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
 from harness.cards.dtype import CardDtype
@@ -104,5 +104,9 @@ class CardSpec:
     def workload_key(self) -> str:
         """Equal for the specs whose requests the child can serve from one built workload and prepared baseline:
         what judges, times or profiles them may differ."""
-        values = asdict(self)
-        return json.dumps({name: values[name] for name in _BUILDING}, sort_keys=True, default=str)
+        return json.dumps({name: getattr(self, name) for name in _BUILDING}, sort_keys=True, default=_json_value)
+
+
+def _json_value(value: Any) -> Any:
+    """A settings dataclass as its fields (the card itself is JSON already: nothing of it is copied)."""
+    return asdict(value) if is_dataclass(value) and not isinstance(value, type) else str(value)

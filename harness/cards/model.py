@@ -151,7 +151,8 @@ class Card:
             "counter_experiment": self.counter_experiment,
             "status": self.status,
         }
-        return _emit(values, self.extra, self.keys, always=("group", "stage", "op", "kernels"))
+        return _emit(values, self.extra, self.keys, always=("group", "stage", "op", "kernels"),
+                     made=("kernels",))
 
 
 @dataclass
@@ -195,13 +196,16 @@ class Report:
             "by_stage": self.by_stage,
             "scope": self.scope,
         }
-        return _emit(values, self.extra, self.keys, always=("cards",))
+        return _emit(values, self.extra, self.keys, always=("cards",), made=("cards",))
 
 
 def _emit(
-    values: dict[str, Any], extra: dict[str, Any], keys: tuple[str, ...], always: tuple[str, ...] = ()
+    values: dict[str, Any], extra: dict[str, Any], keys: tuple[str, ...], always: tuple[str, ...] = (),
+    made: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Write known values and extras in the order they were read; new non-null values go last."""
+    """Write known values and extras in the order they were read; new non-null values go last. Every value is
+    a copy; those in `made` were just made by their own to_dict (a card's kernels, a report's cards), so they
+    are not copied again."""
     out: dict[str, Any] = {}
     merged = {**values, **extra}
     for key in keys:
@@ -210,7 +214,8 @@ def _emit(
     for key, value in merged.items():
         if key not in out and (value is not None or key in always):
             out[key] = value
-    return copy.deepcopy(out)
+    return {key: value if key in made and value is values.get(key) else copy.deepcopy(value)
+            for key, value in out.items()}
 
 
 # ---------------------------------------------------------------------------------------------
