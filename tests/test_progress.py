@@ -45,7 +45,8 @@ def test_the_eta_is_trials_left_times_a_trial_plus_cards_left_times_a_card():
     clock.now += 7.0  # b's baseline: the 3 s of a card's cost it has left (10 - 7) still count
     run.trials_left(3, 3)
     assert run.eta_s() == pytest.approx(6 * 5.0 + 1 * 10.0 + 3.0)
-    assert run.costs() == {"trials": 3, "cards": 1, "trial_s": 5.0, "card_s": 10.0}
+    assert run.costs({"scale": 0.25}) == {"trials": 3, "cards": 1, "trial_s": 5.0, "card_s": 10.0,
+                                         "settings": {"scale": 0.25}}
 
 
 def test_a_resumed_card_with_fewer_trials_left_shortens_the_run():

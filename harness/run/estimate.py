@@ -1,10 +1,11 @@
 """The estimated wall time of an `experiment=auto` plan on this device, stated in plan.md.
 
 Per card a plan costs its baseline and confirm rounds (`card_s`) and its trials (`trial_s` each). Where an
-earlier run on the same device left its costs in run.json (harness.run.progress: the measured mean of its
-trials and cards), those are used, the newest run first; otherwise the defaults below, each saying where it
-comes from. Under ncu every trial and every baseline is an ncu trial of its own: docs/ncu-cost.md's
-arithmetic (about 6 s started ahead, 3.5 s more for the first, cold one), on top of the card's confirm.
+earlier run on the same device, made with the same scale, timing budgets and profiler, left its costs in
+run.json (harness.run.progress: the measured mean of its trials and cards), those are used, the newest run
+first; otherwise the defaults below, each saying where it comes from. Under ncu every trial and every
+baseline is an ncu trial of its own: docs/ncu-cost.md's arithmetic (about 6 s started ahead, 3.5 s more for
+the first, cold one), on top of the card's confirm.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Mapping
 from harness.boundary.replies import ExperimentFacts
 from harness.boundary.requests import Describe
 from harness.config.schema import HarnessConfig, experiment_of, plain
-from harness.run.progress import duration
+from harness.run.progress import cost_settings, duration
 from harness.run.worker import TrialWorker
 from harness.search import drawable, plan_search
 
@@ -49,8 +50,10 @@ def same_device(environment: Mapping[str, Any], device: str, here: Mapping[str, 
             and environment.get("hostname") == here.get("hostname"))
 
 
-def last_run_costs(folders: list[Path], device: str, here: Mapping[str, Any]) -> Costs | None:
-    """The costs of the newest run.json under `folders` (3 levels: runs, auto's sub-runs) on this device."""
+def last_run_costs(folders: list[Path], device: str, here: Mapping[str, Any],
+                   settings: Mapping[str, Any]) -> Costs | None:
+    """The costs of the newest run.json under `folders` (3 levels: runs, auto's sub-runs) on this device, measured
+    under these `settings` (harness.run.progress.cost_settings)."""
     found: list[Path] = []
     for folder in folders:
         for pattern in ("*/run.json", "*/*/run.json", "*/*/*/run.json"):
@@ -62,6 +65,7 @@ def last_run_costs(folders: list[Path], device: str, here: Mapping[str, Any]) ->
             continue
         costs = run.get("costs") if isinstance(run, dict) else None
         if (isinstance(costs, dict) and costs.get("trial_s") and costs.get("card_s")
+                and costs.get("settings") == dict(settings)
                 and same_device(run.get("environment") or {}, device, here)):
             return Costs(float(costs["trial_s"]), float(costs["card_s"]), f"the last run on this device ({path})")
     return None
@@ -83,12 +87,12 @@ def plan_seconds(trials_by_experiment: Mapping[str, tuple[int, int]], costs: Cos
 
 
 def estimate_line(trials_by_experiment: Mapping[str, tuple[int, int]], device: str, profiler: str | None,
-                  folders: list[Path], here: Mapping[str, Any]) -> str:
+                  folders: list[Path], here: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
     """plan.md's line: the estimated wall time on this device, and what it is made of."""
     kind = "cuda" if device.startswith("cuda") else "cpu"
-    costs = last_run_costs(folders, device, here) or Costs(
+    costs = last_run_costs(folders, device, here, settings) or Costs(
         DEFAULTS[kind]["trial_s"], DEFAULTS[kind]["card_s"], f"the defaults for {kind} in harness/run/estimate.py "
-        "(no earlier run on this device)")
+        "(no earlier run on this device with these settings)")
     seconds = plan_seconds(trials_by_experiment, costs, device, profiler)
     cards = sum(c for c, _ in trials_by_experiment.values())
     trials = sum(c * t for c, t in trials_by_experiment.values())
@@ -116,4 +120,5 @@ def plan_estimate(cfg: HarnessConfig, configs: Mapping[str, HarnessConfig], by_e
         trials[name] = (len(cards), plan_search(space, configs[name].search).n_trials if space else 0)
     # The runs beside this one and those of the other experiments (hydra's outputs/<experiment>/<date>).
     folders = [run_dir.resolve().parent, run_dir.resolve().parent.parent]
-    return estimate_line(trials, device, here.profiler, folders, here.environment)
+    return estimate_line(trials, device, here.profiler, folders, here.environment,
+                         cost_settings(cfg, device, here.profiler))

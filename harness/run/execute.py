@@ -29,7 +29,7 @@ from harness.config.validate import check_output_dir, validate_config
 from harness.errors import HarnessError
 from harness.run.card_search import run_card
 from harness.run.outputs import card_results, write_outputs, write_page
-from harness.run.progress import RunProgress
+from harness.run.progress import RunProgress, cost_settings
 from harness.run.provenance import claim_run_dir
 from harness.run.selection import SelectionError, select_cards
 from harness.run.state import CardOutcome, RunContext, RunError
@@ -189,7 +189,8 @@ def execute(cfg: HarnessConfig, run_dir: Path) -> tuple[RunContext, list[CardOut
     wall = time.perf_counter() - started
     ctx.phases["wall_s"] = wall
     ctx.phases["outside_measurement_s"] = wall - ctx.phases["measurement_s"]
-    write_json_atomic(run_dir / "run.json", {"phases": ctx.phases, "costs": ctx.progress.costs(),
+    costs = ctx.progress.costs(cost_settings(cfg, device, profiler))
+    write_json_atomic(run_dir / "run.json", {"phases": ctx.phases, "costs": costs,
                                              "environment": ctx.environment,
                                              "cards": [o.card_id for o in outcomes],
                                              "storage": describe_url(storage), "worker": cfg.search.worker})

@@ -13,9 +13,12 @@ import logging
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tqdm import tqdm
+
+if TYPE_CHECKING:
+    from harness.config.schema import HarnessConfig
 
 log = logging.getLogger("harness")
 
@@ -30,6 +33,19 @@ def duration(seconds: float) -> str:
         return f"{minutes} min {rest:02d} s"
     hours, rest = divmod(round(seconds / 60), 60)
     return f"{hours} h {rest:02d} min"
+
+
+def cost_settings(cfg: HarnessConfig, device: str, profiler: str | None) -> dict[str, Any]:
+    """What a trial's and a card's cost depend on besides the cards: the workload's scale on this device, the
+    timing budgets and the profiler. run.json records them beside the costs, and a plan's estimate takes
+    the costs of a run made with the same (harness.run.estimate): a test run at scale 0.05 says nothing of a
+    default run's."""
+    cuda = device.startswith("cuda")
+    timing = cfg.timing
+    scale = cfg.workload.scale if cfg.workload.scale is not None else (1.0 if cuda else cfg.workload.cpu_scale)
+    return {"scale": scale, "warmup": timing.warmup, "min_repeats": timing.min_repeats, "budget_s": timing.budget_s,
+            "drift_budget_s": timing.drift_budget_s, "confirm_rounds": timing.confirm_rounds,
+            "cuda_graph": timing.cuda_graph if cuda else False, "profiler": profiler}
 
 
 @dataclass
@@ -124,11 +140,12 @@ class RunProgress:
         eta = self.eta_s()
         return f"{duration(self.spent_s())} spent, ETA {duration(eta) if eta is not None else '?'}"
 
-    def costs(self) -> dict[str, Any]:
-        """What run.json records for the next plan's estimate (harness.run.estimate)."""
+    def costs(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """What run.json records for the next plan's estimate (harness.run.estimate), with the `settings` they
+        were measured under (cost_settings)."""
         return {"trials": self.trials_done, "cards": len(self.card_s),
                 "trial_s": sum(self.trial_s) / len(self.trial_s) if self.trial_s else None,
-                "card_s": sum(self.card_s) / len(self.card_s) if self.card_s else None}
+                "card_s": sum(self.card_s) / len(self.card_s) if self.card_s else None, "settings": settings}
 
     def open(self) -> RunProgress:
         """A tqdm bar over the run's trials on a terminal; log lines otherwise."""
