@@ -27,6 +27,7 @@ the CPU side that way).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import signal
@@ -210,6 +211,9 @@ def _serve(args: argparse.Namespace, clock: PhaseClock) -> dict[str, Any]:
         import harness.boundary.framing  # noqa: F401
         import harness.trial.build  # noqa: F401
         import harness.trial.torch_state  # noqa: F401
+    # Frozen out of the collector: the exit's collection, which ncu waits for before it writes the report,
+    # no longer walks torch's objects (0.47 -> 0.16 s on a 2-core CPU).
+    gc.freeze()
     clock.mark("ready")
     # Nothing imported so far may touch the GPU: a waiting session must hold nothing there.
     extra: dict[str, Any] = {"cuda_initialized_before_job": bool(torch.cuda.is_initialized())}
