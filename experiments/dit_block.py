@@ -38,7 +38,7 @@ from experiments.attention_backends import BACKENDS, _probe
 from experiments.dit_gemm_tiles import WEIGHT_LAYOUTS
 from harness.api.chunks import attribute
 from harness.api.compiled import compile_call
-from harness.api.experiment import Experiment, Prepared, VariantSkipped
+from harness.api.experiment import Experiment, Prepared, VariantSkipped, choose
 from harness.workloads.base import Workload
 from harness.workloads.dit_block import ScopedLinear, shard_frame
 
@@ -112,8 +112,7 @@ def sdpa_backend(w: Workload, backend: str = "flash") -> Prepared:
 @EXPERIMENT.variant
 def fp32_gemms(w: Workload, weight_layout: str = "nk") -> Prepared:
     """Every linear of the block in float32 with float32 weights, [N, K] (F.linear) or [K, N] (addmm)."""
-    if weight_layout not in WEIGHT_LAYOUTS:
-        raise VariantSkipped(f"weight_layout={weight_layout!r}: choose {', '.join(WEIGHT_LAYOUTS)}")
+    choose("weight_layout", weight_layout, WEIGHT_LAYOUTS)
     module = copy.deepcopy(_module(w))
     stored = 0
     for linear in module.modules():

@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 import torch
 
-from harness.api.experiment import Experiment, Prepared, VariantSkipped
+from harness.api.experiment import Experiment, Prepared, VariantSkipped, choose
 from harness.api.optional import install_hint
 from harness.cards.fields import DRAM_BANDWIDTH_BOUND, LATENCY_OR_OCCUPANCY_LIMITED, UNRESOLVED
 from harness.workloads.base import Workload, parse_dtype
@@ -82,10 +82,8 @@ def torch_to(w: Workload) -> Callable[[], torch.Tensor]:
 @EXPERIMENT.variant
 def torch_cast(w: Workload, memory_format: str = "contiguous", out: str = "new") -> Prepared:
     """torch's cast with the frames in `memory_format` (converted at set-up), into a new or reused output."""
-    if memory_format not in FORMATS:
-        raise VariantSkipped(f"memory_format={memory_format!r}: choose {', '.join(FORMATS)}")
-    if out not in OUTS:
-        raise VariantSkipped(f"out={out!r}: choose {', '.join(OUTS)}")
+    choose("memory_format", memory_format, FORMATS)
+    choose("out", out, OUTS)
     frames = w.inputs["frames"]
     if memory_format == "channels_last_3d" and frames.dim() != 5:
         raise VariantSkipped(f"channels_last_3d needs 5-D frames, these are {tuple(frames.shape)}")
@@ -216,8 +214,7 @@ def producer_input(frames: torch.Tensor, target: torch.Tensor, max_steps: int = 
 @EXPERIMENT.variant
 def fused_producer(w: Workload, mode: str = "compiled") -> Prepared:
     """The postprocess chain clamp -> affine -> cast, eager (4 passes) or as one compiled kernel."""
-    if mode not in MODES:
-        raise VariantSkipped(f"mode={mode!r}: choose {', '.join(MODES)}")
+    choose("mode", mode, MODES)
     dst = _dst(w)
     if dst != torch.uint8:
         raise VariantSkipped(f"fused_producer models the [-1, 1] -> uint8 postprocess; the cast here is to {dst}")

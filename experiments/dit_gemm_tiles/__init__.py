@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from experiments.dit_gemm_tiles.kernel import triton_linear
 from harness.api.compiled import compile_call, frozen_module
-from harness.api.experiment import Experiment, Prepared, VariantSkipped
+from harness.api.experiment import Experiment, Prepared, VariantSkipped, choose
 from harness.api.numerics import unit_roundoff
 from harness.api.peaks import compute_peak, sm_count
 from harness.api.tiles import TileConfig, executed_flops, tile_count, waves
@@ -84,8 +84,7 @@ def linear(w: Workload) -> Callable[[], torch.Tensor]:
 @EXPERIMENT.variant(needs="cuda")
 def blas_library(w: Workload, library: str = "cublaslt") -> Prepared:
     """The same F.linear with cuBLAS or cuBLASLt preferred for this call only."""
-    if library not in BLAS_LIBRARIES:
-        raise VariantSkipped(f"library={library!r}: choose {', '.join(BLAS_LIBRARIES)}")
+    choose("library", library, BLAS_LIBRARIES)
     if not _is_cuda(w):
         raise VariantSkipped(f"needs CUDA: preferred_blas_library picks a CUDA BLAS library (device is {w.device})")
     x, weight, bias = _inputs(w)
@@ -159,8 +158,7 @@ def dtype_layout(w: Workload, compute_dtype: str = "float32", weight_layout: str
         dtype = parse_dtype(compute_dtype, "compute_dtype")
     except ValueError as exc:
         raise VariantSkipped(str(exc)) from None
-    if weight_layout not in WEIGHT_LAYOUTS:
-        raise VariantSkipped(f"weight_layout={weight_layout!r}: choose {', '.join(WEIGHT_LAYOUTS)}")
+    choose("weight_layout", weight_layout, WEIGHT_LAYOUTS)
     x, weight, bias = _inputs(w)
     out_dtype = x.dtype
     if dtype == out_dtype and weight_layout == "nk":

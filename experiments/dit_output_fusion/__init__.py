@@ -46,7 +46,7 @@ from experiments.dit_output_fusion.chain import (
 )
 from experiments.dit_output_fusion.kernel import fused_head
 from harness.api.compiled import compile_call
-from harness.api.experiment import Experiment, Prepared, VariantSkipped
+from harness.api.experiment import Experiment, Prepared, choose
 from harness.api.tiles import TileConfig, executed_flops, padded
 from harness.api.triton_support import check_launchable, first_launch
 from harness.cards.fields import DRAM_BANDWIDTH_BOUND
@@ -146,8 +146,7 @@ def folded(w: Workload, fold_when: str = "once") -> Prepared:
     computed once per denoising step of the schedule (per chunk; reused by every chunk when the schedule
     repeats), not per call: a [F, 64, 5120] fold, 1/73 of the M=4680 activation. fold_when=per_call times
     the fold too."""
-    if fold_when not in FOLDS:
-        raise VariantSkipped(f"fold_when={fold_when!r}: choose {', '.join(FOLDS)}")
+    choose("fold_when", fold_when, FOLDS)
     hidden, shift, scale, weight, bias = chain_inputs(w)
     facts = {"fold_when": fold_when, **pass_facts(w, FOLDED_PASSES)}
     if fold_when == "per_call":

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from experiments.vae_conv_kernels.im2col import LAYOUTS, im2col_conv3d
 from experiments.vae_conv_kernels.kernel import ConvGemm, conv_input_precision, triton_conv3d
 from harness.api.compiled import compile_call, frozen_module
-from harness.api.experiment import Experiment, Prepared, VariantSkipped
+from harness.api.experiment import Experiment, Prepared, VariantSkipped, choose
 from harness.api.numerics import cudnn_conv_tf32
 from harness.api.peaks import card_peaks, sm_count
 from harness.api.tiles import HOPPER, TileConfig, executed_flops, padded, tile_count, waves, widest_useful_block
@@ -195,8 +195,7 @@ def cudnn_algorithm(w: Workload, benchmark: bool = True, memory_format: str = "c
     """F.conv3d with cuDNN's algorithm benchmarked (cudnn.benchmark) or picked by its heuristics, on NCDHW or
     channels_last_3d input and weight; benchmark set per call and restored (TF32: the card's pinned math mode,
     as the baseline's)."""
-    if memory_format not in FORMATS:
-        raise VariantSkipped(f"memory_format={memory_format!r}: choose {', '.join(FORMATS)}")
+    choose("memory_format", memory_format, FORMATS)
     if not isinstance(benchmark, bool):
         raise VariantSkipped(f"benchmark={benchmark!r}: true or false")
     if not benchmark and memory_format == "contiguous":
@@ -332,8 +331,7 @@ def native_cpu(w: Workload) -> Prepared:
 def im2col_gemm(w: Workload, layout: str = "ncdhw") -> Prepared:
     """The conv as an explicit im2col (unfold over T, H, W) and one GEMM, columns [K, To*Ho*Wo] (NCDHW output)
     or rows [M, K] (channels_last_3d output); a conv2d as a conv3d of one frame (NCHW or channels_last output)."""
-    if layout not in LAYOUTS:
-        raise VariantSkipped(f"layout={layout!r}: choose {', '.join(LAYOUTS)}")
+    choose("layout", layout, LAYOUTS)
     x, weight, bias = _inputs(w)
     gemm = ConvGemm.from_shape(gemm_shape(w))
     facts = {"cpu_path": f"im2col + one GEMM ({layout})", "gemm": gemm.as_dict(), "math_mode": "fp32",

@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import InitVar, dataclass, field
-from typing import Any, Callable, overload
+from typing import Any, Callable, Collection, overload
 
 import torch
 
@@ -120,6 +120,12 @@ def all_needs(checks: list[NeedsFn]) -> NeedsFn:
 
 class VariantSkipped(RuntimeError):
     """This variant cannot run on this device or install; the message says why."""
+
+
+def choose(name: str, value: Any, options: Collection[Any]) -> None:
+    """A variant's parameter `name` must be one of `options`; else VariantSkipped naming them."""
+    if value not in options:
+        raise VariantSkipped(f"{name}={value!r}: choose {', '.join(map(str, options))}")
 
 
 @dataclass

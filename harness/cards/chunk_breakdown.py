@@ -14,11 +14,13 @@ torch.compile drops the scopes: those kernels count as `other`. `op_breakdown` p
 row side by side per contained card, plus `other` (everything no op card stands for: norms, SiLU,
 upsampling, the 2-D convs, copies), so the entries add up to each side's profiled total.
 
-The chunk cards themselves are derived from the report in the worker (harness.trial.chunks, harness.trial.dit_chunks).
+The chunk cards themselves are derived from the report in the worker (harness.trial.chunks, harness.trial.dit_chunks),
+each made by `chunk_card`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -35,6 +37,23 @@ DIT_SCOPE = "dit_block/"
 OTHER = "other"  # op_breakdown's entry for the ops no contained card stands for
 
 Key = tuple[int, ...]  # (Cin, Cout, kT, kH, kW, level)
+
+
+def chunk_card(*, stage: str, op: str, part: str, resolution: str, shape: dict[str, Any], contains: list[str],
+               flops: float, chunk: dict[str, Any]) -> Card:
+    """A chunk card derived from the report's op cards it `contains`: the whole `part` of the model (decode,
+    block) at `resolution`; its id names the stage, resolution and part, and a digest of its group, resolution and
+    contained cards; its counter-experiment composes theirs."""
+    group = f"{stage}:{op}:{shape}"
+    digest = hashlib.sha256("|".join([group, resolution, *contains]).encode()).hexdigest()[:6]
+    return Card(
+        group=group, resolution=resolution, stage=stage, op=op, shape_parameters=shape, kernels=[],
+        nominal_mac_flops=flops,
+        counter_experiment=f"Compose the op cards' counter-experiments on the whole {part}; check that the op "
+                           "cards' wins add up (op_breakdown per contained card)",
+        extra={"id": f"{stage}-{resolution.split('x')[0]}-chunk-{part}-{digest}", "contains": contains,
+               "chunk": chunk},
+    )
 KernelFinder = Callable[[Kernel], "str | None"]
 
 

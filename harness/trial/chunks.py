@@ -25,7 +25,6 @@ re-exports them. The DiT block's chunk cards (op kind `dit_block`) are derived b
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import torch
@@ -35,6 +34,7 @@ from harness.cards.chunk_breakdown import (
     Key,
     attach_op_breakdowns,
     attribute,
+    chunk_card,
     conv3d_key,
     not_carried_over,
     op_breakdown,
@@ -85,22 +85,15 @@ def _chunk_card(resolution: str, contains: list[tuple[Card, list[Layer]]], first
         report_us += (card.summed_kernel_us or 0.0) * calls
     ids = [card.id for card, _ in contains]
     shape = {"latent": latent, "primed_frames": PRIMED_FRAMES}
-    group = f"vae:{VAE_DECODE}:{shape}"
-    digest = hashlib.sha256("|".join([group, resolution, *ids]).encode()).hexdigest()[:6]
     notes = [f"derived from the report's vae conv3d cards at {resolution}: the Wan 2.1 decoder's steady-state "
              f"shapes for {frames} latent frames of a {latent_h}x{latent_w} latent slice"]
     if post_quant_w is not None and post_quant_w != latent_w:
         notes.append(f"the report's post_quant_conv ran on the full-width latent (W={post_quant_w}); the chunk "
                      f"decodes one rank's slice (W={latent_w}) throughout")
-    return Card(
-        group=group, resolution=resolution, stage="vae", op=VAE_DECODE, shape_parameters=shape, kernels=[],
-        nominal_mac_flops=plan(shape, dtype=torch.float32, scale=1.0).flops,
-        counter_experiment="Compose the op cards' counter-experiments on the whole decode; check that the op "
-                           "cards' wins add up (op_breakdown per contained card)",
-        extra={"id": f"vae-{resolution.split('x')[0]}-chunk-decode-{digest}", "contains": ids,
-               "chunk": {"ops": ops, "first_frame_only": first_frame_only, "report_chunk_us": report_us,
-                         "notes": notes}},
-    )
+    return chunk_card(stage="vae", op=VAE_DECODE, part="decode", resolution=resolution, shape=shape, contains=ids,
+                      flops=plan(shape, dtype=torch.float32, scale=1.0).flops,
+                      chunk={"ops": ops, "first_frame_only": first_frame_only, "report_chunk_us": report_us,
+                             "notes": notes})
 
 
 def vae_chunk_cards(report: Report) -> list[Card]:

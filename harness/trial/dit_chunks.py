@@ -26,11 +26,11 @@ A measured kernel is attributed by module scope and by the attention's shape (ha
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Callable
 
 import torch
 
+from harness.cards.chunk_breakdown import chunk_card
 from harness.cards.measures import kernel_sum_us
 from harness.cards.model import Card, Report
 from harness.workloads.attention import AttentionConfig, queries_for_resolution
@@ -119,24 +119,17 @@ def _dit_chunk_card(resolution: str, cards: list[Card]) -> Card | None:
     first_chunk += [other for cid in first_chunk for other in same_shape.get(cid, [])]
     ids = list(ops)
     report_us = sum((op["report_us"] or 0.0) * op["calls_per_chunk"] for op in ops.values())
-    group = f"dit:{DIT_BLOCK}:{shape}"
-    digest = hashlib.sha256("|".join([group, resolution, *ids]).encode()).hexdigest()[:6]
     notes = [f"derived from the report's DiT linear and attention cards at {resolution}: one Wan 14B block on "
              f"Ulysses rank 0 of {ULYSSES_RANKS} ({tokens} of the chunk's {queries} tokens)",
              "cards of one shape are assigned to the block's linears of that shape in report order (the report "
              "names no module); the fused QKV card stands for diffusers' separate to_q, to_k, to_v"]
     if not cross:
         notes.append(f"no cross-attention card at {resolution}: the cross-attention counts as other")
-    return Card(
-        group=group, resolution=resolution, stage="dit", op=DIT_BLOCK, shape_parameters=shape, kernels=[],
-        nominal_mac_flops=plan(shape, dtype=torch.bfloat16, scale=1.0).flops,
-        counter_experiment="Compose the op cards' counter-experiments on the whole block; check that the op "
-                           "cards' wins add up (op_breakdown per contained card)",
-        extra={"id": f"dit-{resolution.split('x')[0]}-chunk-block-{digest}", "contains": ids,
-               "chunk": {"ops": ops, "first_chunk_only": first_chunk,
-                         "same_shape": {k: v for k, v in same_shape.items() if k in ops},
-                         "report_chunk_us": report_us, "notes": notes}},
-    )
+    return chunk_card(stage="dit", op=DIT_BLOCK, part="block", resolution=resolution, shape=shape, contains=ids,
+                      flops=plan(shape, dtype=torch.bfloat16, scale=1.0).flops,
+                      chunk={"ops": ops, "first_chunk_only": first_chunk,
+                             "same_shape": {k: v for k, v in same_shape.items() if k in ops},
+                             "report_chunk_us": report_us, "notes": notes})
 
 
 def dit_chunk_cards(report: Report) -> list[Card]:
