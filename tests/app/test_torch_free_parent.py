@@ -142,3 +142,24 @@ def test_a_worker_that_cannot_describe_the_run_is_one_error_line():
             describe(worker, Describe(device="cpu"), None)
     finally:
         worker.kill()
+
+
+def test_preflight_starts_the_worker_the_run_then_finds(tmp_path):
+    """Once the config is checked the worker child starts importing torch (while the run's own modules import
+    and Hydra sets the run up); the run asks for its worker with the same limits and gets that child."""
+    from harness.__main__ import preflight
+    from harness.config.schema import typed
+    from harness.config.validate import compose_checked
+    from harness.run import worker as workers
+
+    args = [f"hydra.run.dir={tmp_path / 'run'}", "timing.cpu_threads=1"]
+    workers.close_worker()
+    try:
+        preflight(args)
+        started = workers._WORKER
+        assert started is not None and started.cpu_threads == 1
+        assert started._proc is not None and started._proc.poll() is None  # spawned, not waited for
+        assert workers.worker_for(typed(compose_checked(args)[0])) is started
+    finally:
+        workers.close_worker()
+    assert not (tmp_path / "run").exists()  # nothing written before Hydra makes the folder
