@@ -27,6 +27,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from harness.capture.calls import CallShape, describe_call
+from harness.errors import HarnessError
 
 ROOT_STAGE = "model"
 SECOND_CALL_SAVED = 1  # the group's calls whose inputs are kept: the first (0) and this one
@@ -171,7 +172,7 @@ class _CallTimer(TorchFunctionMode):
         return out
 
 
-class CaptureMismatch(RuntimeError):
+class CaptureMismatch(HarnessError):
     """A timed forward called other functions than the recorded one: the model's control flow varies."""
 
 

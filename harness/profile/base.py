@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from harness.cards.model import Kernel
+from harness.errors import HarnessError
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class Profile:
     notes: list[str] = field(default_factory=list)
 
 
-class ProfilerUnavailable(RuntimeError):
+class ProfilerUnavailable(HarnessError):
     """The backend cannot run here; the message says what is missing and how to get it."""
 
 

@@ -32,7 +32,9 @@ Which ops become kernels (the rest are reported in `Profile.settings["dropped_op
 3. dispatcher wrappers are dropped: an op whose children of work (rule 2's ops left out) take over half
    of its inclusive time (aten::conv3d, aten::linear, aten::to, aten::contiguous, aten::clone ...)
    delegates its work to them, and they are kept on their own; an op whose children are only
-   allocations and views is its own work (a tiny SDPA's flash kernel, 25 us beside 30 us of them);
+   allocations and views is its own work (a tiny SDPA's flash kernel, 25 us beside 30 us of them), and so
+   is one whose own time is work by its size (`WORK_SELF_US` per call and a fifth of what its children
+   took: an addmm's GEMM beside its bias copy, which a page fault can stretch past the GEMM's time);
 4. noise: an op whose self time per call is under max(`min_self_us`, `min_self_fraction` x the
    summed self time of all ops) is dropped.
 A layout conversion therefore appears as the op that copies (aten::copy_), with the ops that
@@ -78,6 +80,10 @@ from harness.profile.cpu_events import (
     top_op,
 )
 from harness.profile.cpu_peaks import CpuPeaks, get_cpu_peaks
+
+# An op's own time per call from which it is work, never a dispatcher's overhead (rule 3): a wrapper's own time
+# is its dispatch, a few to a few tens of microseconds under the profiler.
+WORK_SELF_US = 100.0
 
 IGNORED_OPS = frozenset(
     {
@@ -272,7 +278,7 @@ class CpuProfiler:
                 entry.op in IGNORED_OPS
                 or entry.op.startswith("ProfilerStep")
                 or entry.op.startswith("[")
-                or (not per_shape and entry.total_us > 0 and entry.delegated_us > 0.5 * entry.total_us)
+                or (not per_shape and _wrapper(entry, n))
                 or per_call < floor
             ):
                 dropped[entry.name] = round(per_call, 3)
@@ -400,3 +406,10 @@ class CpuProfiler:
             extra["bytes_note"] = "; ".join(sorted(entry.bytes_notes))
         extra["estimated_fields"] = [f for f in ESTIMATED_FIELDS_ALL if f in estimated]
         return Kernel(name=entry.name, metrics=metrics, extra=extra)
+
+
+def _wrapper(entry: OpStats, calls: int) -> bool:
+    """Rule 3: its children of work took over half of its time, and its own time is not work by its size."""
+    if entry.total_us <= 0 or entry.delegated_us <= 0.5 * entry.total_us:
+        return False
+    return not (entry.self_us / calls >= WORK_SELF_US and entry.self_us >= 0.2 * entry.delegated_us)

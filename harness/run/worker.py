@@ -67,6 +67,7 @@ from harness.boundary.outcomes import TrialStatus
 from harness.boundary.replies import Confirmed, Measured, Retimed
 from harness.boundary.requests import Confirm, ConfirmPlan, Measure, R, Request, Retime
 from harness.boundary.spec import CardSpec, TimingSettings
+from harness.errors import HarnessError
 
 if TYPE_CHECKING:  # annotations only: the worker child imports this package, and needs no Hydra
     from harness.config.schema import HarnessConfig
@@ -86,7 +87,7 @@ _SIGNAL_MEANING = {
 }
 
 
-class WorkerError(RuntimeError):
+class WorkerError(HarnessError):
     """The worker process cannot be started; one line saying why."""
 
 

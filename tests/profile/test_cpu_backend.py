@@ -230,33 +230,47 @@ def test_a_long_call_is_profiled_fewer_times_and_each_time_is_per_call(peaks):
     assert mm.extra["calls"] == 1 and mm.extra["measured_calls"] == 3
 
 
-def test_an_op_whose_children_are_only_allocations_is_its_own_work():
-    """Rule 3 on planted events: aten::linear hands its time to addmm and is a wrapper; a tiny SDPA's flash op
-    spends more in empty_like/transpose/empty than in itself, and is still the op that does the work."""
+def _event(name: str, self_us: float, children: tuple = ()) -> SimpleNamespace:
+    """A planted profiler event with its children (their inclusive times add to its own)."""
+    e = SimpleNamespace(name=name, self_cpu_time_total=self_us, cpu_children=list(children), cpu_parent=None,
+                        cpu_time_total=self_us + sum(c.cpu_time_total for c in children),
+                        input_shapes=[], input_dtypes=[], flops=0, cpu_memory_usage=0,
+                        is_user_annotation=False, is_python_function=False)
+    for child in children:
+        child.cpu_parent = e
+    return e
 
-    def event(name, self_us, children=()):
-        e = SimpleNamespace(name=name, self_cpu_time_total=self_us, cpu_children=list(children), cpu_parent=None,
-                            cpu_time_total=self_us + sum(c.cpu_time_total for c in children),
-                            input_shapes=[], input_dtypes=[], flops=0, cpu_memory_usage=0,
-                            is_user_annotation=False, is_python_function=False)
-        for child in children:
-            child.cpu_parent = e
-        return e
 
-    flash = event("aten::_scaled_dot_product_flash_attention_for_cpu", 25.0,
-                  [event("aten::empty_like", 10.0), event("aten::transpose", 10.0), event("aten::empty", 10.0)])
-    addmm = event("aten::addmm", 38.0)
-    linear = event("aten::linear", 2.0, [addmm])
-    root = event("harness::measured_call#0", 0.0, [flash, linear])
-    events, stack = [], [root]
+def _kept_and_dropped(ops: list, op_kind: str) -> tuple[list, dict]:
+    """Rule 3's selection on one measured call made of the planted `ops`."""
+    events, stack = [], [_event("harness::measured_call#0", 0.0, tuple(ops))]
     while stack:
         node = stack.pop()
         events.append(node)
         stack.extend(node.cpu_children)
-    facts = WorkloadFacts(flops=None, min_bytes=None, dtype="float32", op_kind="attention")
+    facts = WorkloadFacts(flops=None, min_bytes=None, dtype="float32", op_kind=op_kind)
     profiler = CpuProfiler(calls=1)
-    kept, dropped = profiler._select(profiler._collect(events, facts), False, 1)
+    return profiler._select(profiler._collect(events, facts), False, 1)
+
+
+def test_an_op_whose_children_are_only_allocations_is_its_own_work():
+    """Rule 3 on planted events: aten::linear hands its time to addmm and is a wrapper; a tiny SDPA's flash op
+    spends more in empty_like/transpose/empty than in itself, and is still the op that does the work."""
+    flash = _event("aten::_scaled_dot_product_flash_attention_for_cpu", 25.0,
+                   (_event("aten::empty_like", 10.0), _event("aten::transpose", 10.0), _event("aten::empty", 10.0)))
+    linear = _event("aten::linear", 2.0, (_event("aten::addmm", 38.0),))
+    kept, dropped = _kept_and_dropped([flash, linear], "attention")
     assert {k.op for k in kept} == {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::addmm"}
+    assert "aten::linear" in dropped
+
+
+def test_an_op_whose_own_time_is_work_is_kept_beside_a_slow_child():
+    """Rule 3 on planted events: an addmm's GEMM (900 us of its own) beside a bias copy that a page fault
+    stretched to 1000 us is still the op doing the work (it was dropped as a wrapper, its card left with the
+    copy alone); aten::linear around it, 20 us of its own, is the wrapper."""
+    addmm = _event("aten::addmm", 900.0, (_event("aten::expand", 3.0), _event("aten::copy_", 1000.0)))
+    kept, dropped = _kept_and_dropped([_event("aten::linear", 20.0, (addmm,))], "linear")
+    assert [k.op for k in kept] == ["aten::addmm", "aten::copy_"]
     assert "aten::linear" in dropped
 
 
