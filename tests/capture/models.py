@@ -76,3 +76,23 @@ class NoOps(torch.nn.Module):
 
 def no_ops() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
     return NoOps(), (torch.randn(3),)
+
+
+class Varies(torch.nn.Module):
+    """A forward whose calls change from one forward to the next (one relu more each time)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 4)
+        self.forwards = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.forwards += 1
+        x = self.layer(x)
+        for _ in range(self.forwards):
+            x = torch.relu(x)
+        return x
+
+
+def varies() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    return Varies(), (torch.randn(2, 4),)

@@ -27,6 +27,7 @@ def _capture(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.Com
     ("tests.capture.models:raises", "raised RuntimeError: the checkpoint is missing at models.py:"),
     ("tests.capture.models:not_a_pair", "must return (model, example_inputs)"),
     ("tests.capture.models:no_ops", "called no torch operator"),
+    ("tests.capture.models:varies", "the capture needs a forward that repeats"),
     ("tests.capture.models", "give MODULE:FACTORY"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, factory, message):
