@@ -327,3 +327,17 @@ def test_a_side_stream_left_current_is_restored():
 def test_the_default_stream_id_is_what_a_block_that_initializes_cuda_is_compared_with():
     torch.cuda.init()
     assert snapshot()["cuda.current_stream"] == torch_settings.stream_value(torch.cuda.default_stream(0))
+
+
+def test_the_conv_tf32_permission_is_read_from_the_precision_tree_first():
+    """A card's recorded state under an IEEE pin holds the legacy switch unreadable (torch >= 2.9 refuses to
+    answer it once conv and RNN differ): the conv node decides; a state without the tree has the legacy switch,
+    and one with neither has torch's default for cuDNN convolutions (TF32 allowed)."""
+    from harness.api.numerics import cudnn_conv_tf32
+
+    unreadable = "unreadable: RuntimeError: mix of the legacy and new APIs"
+    assert cudnn_conv_tf32({"fp32_precision.cuda.conv": "ieee", "cudnn.allow_tf32": unreadable}) is False
+    assert cudnn_conv_tf32({"fp32_precision.cuda.conv": "tf32", "cudnn.allow_tf32": unreadable}) is True
+    assert cudnn_conv_tf32({"cudnn.allow_tf32": False}) is False
+    assert cudnn_conv_tf32({"fp32_precision.cuda.conv": "none", "cudnn.allow_tf32": True}) is True
+    assert cudnn_conv_tf32({}) is True

@@ -206,8 +206,7 @@ def cudnn_algorithm(w: Workload, benchmark: bool = True, memory_format: str = "c
     x, weight = (w.inputs[name].contiguous(memory_format=fmt) for name in ("input", "weight"))
     bias = w.inputs.get("bias")
     args, conv = _conv_args(w), _conv(w)
-    # A variant is prepared under the card's pinned math mode (harness.trial.torch_state): the baseline's TF32.
-    tf32 = cudnn_conv_tf32()  # the card's pinned math mode, which the timed calls run under too
+    tf32 = cudnn_conv_tf32()  # the card's pinned math mode (harness.trial.torch_state), the timed calls' too
     settings = ((torch.backends.cudnn, "benchmark", benchmark),)
 
     def run() -> torch.Tensor:
@@ -367,15 +366,6 @@ def compiled(w: Workload, mode: str = "default") -> Prepared:
 # Evidence on every measured card
 
 
-def _recorded_conv_tf32(state: dict[str, Any]) -> bool:
-    """cudnn_conv_tf32() as a card's recorded torch state says it (harness.trial.torch_settings' keys): the fp32
-    precision tree's conv node where torch has one, else the legacy switch (torch's default: allowed)."""
-    node = state.get("fp32_precision.cuda.conv")
-    if node in ("tf32", "ieee"):
-        return node == "tf32"
-    return state.get("cudnn.allow_tf32", True) is True
-
-
 @EXPERIMENT.annotate
 def add_conv_evidence(card: Any, w: Workload) -> None:
     """card.extra["conv"]: the GEMM view, executed vs nominal FLOPs (padding %), achieved TFLOP/s against the
@@ -383,7 +373,7 @@ def add_conv_evidence(card: Any, w: Workload) -> None:
     variant = card.extra.get("variant") or {}
     calls = int(variant.get("calls") or 1)
     state = card.extra.get("torch_state") or {}
-    mode = variant.get("math_mode") or math_mode(w.device, _recorded_conv_tf32(state))
+    mode = variant.get("math_mode") or math_mode(w.device, cudnn_conv_tf32(state))
     conv: dict[str, Any] = {"math_mode": mode, "nominal_flops_per_call": w.flops}
     try:
         gemm = ConvGemm.from_shape(gemm_shape(w))

@@ -10,6 +10,8 @@ harness.trial.precision) read the same names.
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import torch
 
 from harness.errors import HarnessError
@@ -58,13 +60,17 @@ def storage_dtype(precision: str) -> torch.dtype | None:
     return None if name == TF32 else parse_dtype(name)
 
 
-def cudnn_conv_tf32() -> bool:
-    """Whether cuDNN may run float32 convolutions as TF32 now. Torch >= 2.9 keeps it in the fp32 precision tree,
-    whose conv node is read first: the legacy `torch.backends.cudnn.allow_tf32` raises there once the conv and
-    RNN nodes differ (a card pinned to IEEE convolutions leaves RNNs at TF32)."""
-    getter = getattr(torch._C, "_get_fp32_precision_getter", None)
-    if getter is not None:
-        precision = str(getter("cuda", "conv"))
-        if precision in ("tf32", "ieee"):
-            return precision == "tf32"
-    return bool(torch.backends.cudnn.allow_tf32)
+def cudnn_conv_tf32(recorded: Mapping[str, Any] | None = None) -> bool:
+    """Whether cuDNN may run float32 convolutions as TF32: now, or as a card's `recorded` torch state says
+    (harness.trial.torch_settings' keys). Torch >= 2.9 keeps it in the fp32 precision tree, whose conv node is
+    read first: the legacy `torch.backends.cudnn.allow_tf32` raises there once the conv and RNN nodes differ (a
+    card pinned to IEEE convolutions leaves RNNs at TF32)."""
+    if recorded is not None:
+        node, legacy = recorded.get("fp32_precision.cuda.conv"), recorded.get("cudnn.allow_tf32", True) is True
+    else:
+        getter = getattr(torch._C, "_get_fp32_precision_getter", None)
+        node = str(getter("cuda", "conv")) if getter is not None else None
+        legacy = None
+    if node in ("tf32", "ieee"):
+        return node == "tf32"
+    return bool(torch.backends.cudnn.allow_tf32) if legacy is None else legacy
