@@ -118,3 +118,15 @@ def test_a_new_worker_measuring_the_baseline_again_reuses_the_references(tmp_pat
     cache = second.reference_cache(spec)
     assert cache.computed == 0 and cache.loaded == 2
     assert [r.judgement.max_rel for r in again] == [r.judgement.max_rel for r in replies]
+
+
+def test_a_damaged_cache_file_is_computed_again_not_served(tmp_path: Path, card):
+    workload, calls = _counted(_built(card))
+    computed = ReferenceCache(str(tmp_path)).reference(workload, workload)
+    (stored,) = tmp_path.glob("*.pt")
+    raw = bytearray(stored.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    stored.write_bytes(bytes(raw))
+    again = ReferenceCache(str(tmp_path))
+    assert torch.equal(again.reference(workload, workload), computed)
+    assert len(calls) == 2 and again.computed == 1 and again.loaded == 0

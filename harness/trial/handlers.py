@@ -4,7 +4,6 @@ kept) first and every failure turned into the request's reply. (A Describe is ha
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import traceback
@@ -19,6 +18,7 @@ from harness.boundary.spec import TimingSettings
 from harness.trial import torch_state
 from harness.trial.checks import named
 from harness.trial.server import CardState, Server, annotate, free_memory, leaves_state, synchronize
+from harness.trial.tensor_files import save_checked
 
 
 def measure(server: Server, state: CardState, request: Measure) -> Measured:
@@ -80,7 +80,7 @@ def measure(server: Server, state: CardState, request: Measure) -> Measured:
             raise _Measured(str(path)) from RuntimeError(f"its output is unusable ({m.correctness.note})")
         if m.timing is not None:
             state.baseline_per_call_us = per_call(m.timing.median_us, prepared.calls)
-        _save({"reference": reference.detach(), "baseline_error": state.standard.baseline_error,
+        save_checked({"reference": reference.detach(), "baseline_error": state.standard.baseline_error,
                "baseline_dtype": dtype_name(state.standard.dtype),
                "adopted_precision": state.standard.adopted_precision,
                "baseline_per_call_us": state.baseline_per_call_us},
@@ -205,16 +205,6 @@ def _restate(state: CardState, source: str, target: str, prepared: Any, pooled: 
     except Exception as exc:  # the rounds stand; only the experiment's evidence is stale
         card.extra["annotate_error"] = f"evidence not restated after the confirm rounds: {one_line(exc)}"
     save_report(Report(cards=[card]), Path(target))
-
-
-def _save(obj: Any, path: Path) -> None:
-    """torch.save, atomically: a reader sees the old file or the whole new one."""
-    import torch
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 C = TypeVar("C", bound=CardRequest[Any])

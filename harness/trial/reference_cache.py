@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
+from harness.trial.tensor_files import load_checked, save_checked
 from harness.workloads.base import CallBatch, Workload
 
-FORMAT = 1  # bumped when the key or the file changes meaning
+FORMAT = 2  # bumped when the key or the file changes meaning (2: harness.trial.tensor_files, checksummed)
 
 
 def _tensor_digest(digest: Any, name: str, tensor: torch.Tensor) -> None:
@@ -93,25 +93,14 @@ class ReferenceCache:
             self.computed += 1
             return source.reference(dtype)
         path = self.folder / f"{self.key(source, built, dtype)}.pt"
-        try:
-            loaded = torch.load(path, map_location=built.device, weights_only=True)
-        except (OSError, RuntimeError, EOFError):  # absent, or unreadable (a partial write by a killed process)
-            loaded = None
-        if isinstance(loaded, torch.Tensor):
+        loaded = load_checked(path, built.device)  # None: absent, or a partial write by a killed process
+        if loaded is not None and isinstance(loaded.get("reference"), torch.Tensor):
             self.loaded += 1
-            return loaded
+            return loaded["reference"]
         self.computed += 1
         reference = source.reference(dtype)
-        _save_atomic(reference.detach(), path)
+        try:  # through a temporary name: runs share the folder
+            save_checked({"reference": reference.detach()}, path)
+        except OSError:  # a full or read-only disk costs the reuse, not the run
+            pass
         return reference
-
-
-def _save_atomic(tensor: torch.Tensor, path: Path) -> None:
-    """torch.save through a temporary name: a reader sees no file or the whole one (runs share the folder)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        torch.save(tensor, tmp)
-        os.replace(tmp, path)
-    except OSError:  # a full or read-only disk costs the reuse, not the run
-        return

@@ -9,6 +9,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from harness.boundary.replies import Judgement
@@ -98,9 +99,8 @@ class Server:
         A trial needs the baseline's error too, so a new child loads both from reference_path (written
         when the baseline was measured) rather than recomputing anything.
         """
-        import torch
-
         from harness.trial.correctness import Rule, anchored_standard
+        from harness.trial.tensor_files import load_checked
         from harness.workloads.base import parse_dtype
 
         if baseline:
@@ -108,9 +108,10 @@ class Server:
                 state.reference = self.reference_cache(spec).reference(state.as_built, state.as_built)
         elif state.standard is None:
             path = spec.reference_path
-            if not path or not os.path.exists(path):
-                raise RuntimeError(f"no correctness reference at {path}: the baseline was not measured")
-            saved = torch.load(path, map_location=state.workload.device, weights_only=True)
+            saved = load_checked(Path(path), state.workload.device) if path else None
+            if saved is None:
+                why = "unreadable or damaged" if path and os.path.exists(path) else "the baseline was not measured"
+                raise RuntimeError(f"no correctness reference at {path}: {why}")
             state.reference = saved["reference"]
             state.standard = anchored_standard(Rule.from_config(spec.correctness), float(saved["baseline_error"]),
                                                parse_dtype(saved["baseline_dtype"]), state.workload.reduction_length,
