@@ -17,8 +17,8 @@ from harness.boundary.requests import CardRequest, Confirm, Measure, Retime
 from harness.boundary.spec import TimingSettings
 from harness.trial import torch_state
 from harness.trial.checks import named
+from harness.trial.reference_cache import save_reference_file
 from harness.trial.server import CardState, Server, annotate, free_memory, leaves_state, synchronize
-from harness.trial.tensor_files import save_checked
 
 
 def measure(server: Server, state: CardState, request: Measure) -> Measured:
@@ -80,7 +80,7 @@ def measure(server: Server, state: CardState, request: Measure) -> Measured:
             raise _Measured(str(path)) from RuntimeError(f"its output is unusable ({m.correctness.note})")
         if m.timing is not None:
             state.baseline_per_call_us = per_call(m.timing.median_us, prepared.calls)
-        save_checked({"reference": reference.detach(), "baseline_error": state.standard.baseline_error,
+        save_reference_file({"reference": reference.detach(), "baseline_error": state.standard.baseline_error,
                "baseline_dtype": dtype_name(state.standard.dtype),
                "adopted_precision": state.standard.adopted_precision,
                "baseline_per_call_us": state.baseline_per_call_us},

@@ -100,7 +100,7 @@ class Server:
         when the baseline was measured) rather than recomputing anything.
         """
         from harness.trial.correctness import Rule, anchored_standard
-        from harness.trial.tensor_files import load_checked
+        from harness.trial.reference_cache import load_reference_file
         from harness.workloads.base import parse_dtype
 
         if baseline:
@@ -108,7 +108,7 @@ class Server:
                 state.reference = self.reference_cache(spec).reference(state.as_built, state.as_built)
         elif state.standard is None:
             path = spec.reference_path
-            saved = load_checked(Path(path), state.workload.device) if path else None
+            saved = load_reference_file(Path(path), state.workload.device) if path else None
             if saved is None:
                 why = "unreadable or damaged" if path and os.path.exists(path) else "the baseline was not measured"
                 raise RuntimeError(f"no correctness reference at {path}: {why}")
