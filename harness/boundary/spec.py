@@ -52,6 +52,16 @@ class CastSettings:
 
 
 @dataclass(frozen=True)
+class CorrectnessSettings:
+    """The correctness rule's factors (`experiment.correctness` in the config: what each means is said there,
+    harness.config.schema.CorrectnessConfig); harness.trial.correctness.Rule checks and applies them."""
+
+    same_factor: float = 4.0
+    lowered_factor: float = 4.0
+    emulated_factor: float = EMULATED_FACTOR
+
+
+@dataclass(frozen=True)
 class TimingSettings:
     warmup: int | None = None  # None: warm up until the timing is stable; an int: that many calls
     min_repeats: int = 5
@@ -86,7 +96,7 @@ class CardSpec:
     # The card's dtype and math mode, decided by the run (harness.cards.dtype); None: the experiment's dtype.
     dtype: CardDtype | None = None
     # -- how it is judged, timed and profiled --
-    correctness: dict[str, Any] = field(default_factory=dict)  # harness.trial.correctness.Rule
+    correctness: CorrectnessSettings = field(default_factory=CorrectnessSettings)
     physics_slack: float | None = None  # how far below the device's floor a time may be (harness.trial.physics)
     timing: TimingSettings = field(default_factory=TimingSettings)
     rules: dict[str, Any] | None = None  # conf/rules; None: the shipped default

@@ -16,7 +16,7 @@ import optuna
 from harness.boundary.outcomes import OUTCOMES, TrialStatus, status_of
 from harness.boundary.replies import Confirmed, Judgement, Measured, Reply, Retimed
 from harness.boundary.requests import ConfirmPlan
-from harness.boundary.spec import CardSpec, TimingSettings
+from harness.boundary.spec import CardSpec, CorrectnessSettings, TimingSettings
 from harness.cards.applied import (
     APPLIED_KEY,
     RoundError,
@@ -130,7 +130,7 @@ def _card_spec(ctx: RunContext, card: Card, trials_dir: Path, applied: list[dict
         applied=applied, reference_path=str(trials_dir / "reference.pt"),
         reference_cache=cfg.inputs.references or str(ctx.run_dir.resolve().parent / "references"),
         # harness.trial.correctness.Rule: judged in the worker
-        correctness=asdict(experiment_cfg.correctness), timing=ctx.settings,
+        correctness=CorrectnessSettings(**asdict(experiment_cfg.correctness)), timing=ctx.settings,
         physics_slack=slack.cuda if ctx.device.startswith("cuda") else slack.cpu,
         rules=cfg.rules, profiler=profiler_cfg, environment=ctx.environment,
     )

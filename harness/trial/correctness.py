@@ -115,7 +115,7 @@ from typing import Any, Iterable, Mapping
 import torch
 
 from harness.api.numerics import TF32, CorrectnessError, precision_name, storage_dtype, unit_roundoff
-from harness.boundary.spec import EMULATED_FACTOR
+from harness.boundary.spec import EMULATED_FACTOR, CorrectnessSettings
 from harness.trial.precision import Observed
 from harness.workloads.base import dtype_name
 
@@ -144,7 +144,10 @@ class Rule:
                 raise CorrectnessError(f"experiment.correctness.{name}={value!r}: must be a number > 0")
 
     @classmethod
-    def from_config(cls, section: Mapping[str, Any]) -> Rule:
+    def from_config(cls, section: Mapping[str, Any] | CorrectnessSettings) -> Rule:
+        """The rule of a config section (`experiment.correctness`) or of a card spec's settings."""
+        if isinstance(section, CorrectnessSettings):
+            return cls(section.same_factor, section.lowered_factor, section.emulated_factor)
         return cls(float(section["same_factor"]), float(section["lowered_factor"]),
                    float(section.get("emulated_factor", EMULATED_FACTOR)))
 
