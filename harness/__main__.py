@@ -8,11 +8,17 @@ with one line saying where the outputs are and the command that resumes the run
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # the worker child imports torch while this process imports Hydra and Optuna below
+    from harness.run.worker import spawn_ahead
+
+    spawn_ahead(sys.argv[1:])
+
 import logging
 import os
 import shlex
 import signal
-import sys
 import threading
 from pathlib import Path
 from typing import Any, NoReturn

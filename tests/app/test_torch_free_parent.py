@@ -163,3 +163,30 @@ def test_preflight_starts_the_worker_the_run_then_finds(tmp_path):
     finally:
         workers.close_worker()
     assert not (tmp_path / "run").exists()  # nothing written before Hydra makes the folder
+
+
+def test_the_worker_started_ahead_is_the_runs_when_the_limits_agree(tmp_path):
+    """`python -m harness` starts the worker child before Hydra composes the config, with the command line's
+    limits: preflight keeps it when the composed config asks for the same, and starts another one when not
+    (an experiment file or config group of the user's may set them)."""
+    from harness.__main__ import preflight
+    from harness.run import worker as workers
+
+    run = f"hydra.run.dir={tmp_path / 'run'}"
+    workers.close_worker()
+    try:
+        workers.spawn_ahead([run, "timing.cpu_threads=1"])
+        ahead = workers._WORKER
+        assert ahead is not None and ahead.cpu_threads == 1 and ahead._proc is not None
+        preflight([run, "timing.cpu_threads=1"])
+        assert workers._WORKER is ahead and ahead.pid is not None
+        # The same command line composing to other limits (here: a config setting the threads, not the args).
+        preflight([run, "timing.cpu_threads=2"])
+        assert workers._WORKER is not ahead and workers._WORKER.cpu_threads == 2
+        assert ahead.pid is None  # the first child was killed, not left importing torch
+    finally:
+        workers.close_worker()
+    # Hydra's options, and a limit that does not read as one, start nothing (preflight then says what is wrong).
+    for args in (["--help"], [run, "--cfg", "job"], [run, "timing.cpu_threads=many"]):
+        workers.spawn_ahead(args)
+        assert workers._WORKER is None, args
