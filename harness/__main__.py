@@ -134,6 +134,7 @@ def app(cfg: DictConfig) -> float | None:
     # (Optuna's study, the report's plots) run while it imports torch.
     from harness.run.auto import run_auto
     from harness.run.execute import execute
+    from harness.run.state import reference_folder
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     config = typed(cfg)  # the one conversion: every part of the run reads the typed config
@@ -160,9 +161,13 @@ def app(cfg: DictConfig) -> float | None:
         _stopped(run_dir, stop)
     phases = ctx.phases
     outside = phases["outside_measurement_s"]
+    computed = phases.get("references_s", 0.0)
+    once = (f"; {computed:.1f} s of set-up and checks computed float64 references, kept for later runs in "
+            f"{reference_folder(config, run_dir)}" if computed >= 0.05 else "")
     print(f"\n{ctx.experiment.name}: {len(outcomes)} card(s) on {ctx.device} in {phases['wall_s']:.1f} s; "
           f"{outside:.1f} s ({100 * outside / max(phases['wall_s'], 1e-9):.0f}%) outside measurement "
-          f"(set-up {phases['setup_s']:.1f} s, profiling {phases['profiling_s']:.1f} s, rest bookkeeping; "
+          f"(set-up {phases['setup_s']:.1f} s, correctness checks {phases.get('checks_s', 0.0):.1f} s, "
+          f"profiling {phases['profiling_s']:.1f} s, rest bookkeeping{once}; "
           "measurement: the trials' timing, the baseline's drift re-times and the confirm rounds)")
     print((run_dir / "summary.md").read_text(encoding="utf-8"))
     print(f"outputs: {run_dir}  (summary.md, diff.md, diff.json, baseline.json, best.json, trials/, optuna.db)")

@@ -114,9 +114,13 @@ def test_a_new_worker_measuring_the_baseline_again_reuses_the_references(tmp_pat
     assert all(r.status is TrialStatus.COMPLETE for r in replies), [r.reason for r in replies]
     cache = first.reference_cache(spec)
     assert cache.computed == 2 and cache.loaded == 0  # the card's reference and the second draw's
+    # What computing them took is said in the replies (the baseline's reference, the trial's second draw's).
+    assert all(r.seconds["references_s"] > 0 for r in replies)
+    assert sum(r.seconds["references_s"] for r in replies) == pytest.approx(cache.computing_s)
     second, again = run("run2")
     cache = second.reference_cache(spec)
     assert cache.computed == 0 and cache.loaded == 2
+    assert [r.seconds["references_s"] for r in again] == [0.0, 0.0] and cache.computing_s == 0.0
     assert [r.judgement.max_rel for r in again] == [r.judgement.max_rel for r in replies]
 
 

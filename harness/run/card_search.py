@@ -31,7 +31,7 @@ from harness.cards.kernel_match import report_names
 from harness.cards.model import Card, Report, ReportError, load_report, save_report
 from harness.cards.noise import paired_verdict
 from harness.config.schema import ExperimentConfig, experiment_of
-from harness.run.state import CardOutcome, RunContext, RunError, same_band
+from harness.run.state import CardOutcome, RunContext, RunError, reference_folder, same_band
 from harness.run.worker import CardSession, TrialFailed, WorkerError, quiet_trial_failures
 from harness.search import (
     SearchPlan,
@@ -128,7 +128,7 @@ def _card_spec(ctx: RunContext, card: Card, trials_dir: Path, applied: list[dict
         card=card.to_dict(), experiment_module=experiment_cfg.module, device=ctx.device, scale=scale,
         seed=cfg.workload.seed, inputs_dir=cfg.inputs.dir, attention=cfg.workload.attention, cast=cast_cfg,
         applied=applied, reference_path=str(trials_dir / "reference.pt"),
-        reference_cache=cfg.inputs.references or str(ctx.run_dir.resolve().parent / "references"),
+        reference_cache=str(reference_folder(cfg, ctx.run_dir)),
         # harness.trial.correctness.Rule: judged in the worker
         correctness=CorrectnessSettings(**asdict(experiment_cfg.correctness)), timing=ctx.settings,
         physics_slack=slack.cuda if ctx.device.startswith("cuda") else slack.cpu,
@@ -141,6 +141,7 @@ def _account(ctx: RunContext, reply: _R) -> _R:
     seconds = reply.seconds
     ctx.phases["measurement_s"] += seconds.get("timing_s", 0.0)
     ctx.phases["checks_s"] = ctx.phases.get("checks_s", 0.0) + seconds.get("checks_s", 0.0)
+    ctx.phases["references_s"] = ctx.phases.get("references_s", 0.0) + seconds.get("references_s", 0.0)
     ctx.phases["profiling_s"] += seconds.get("profile_s", 0.0)
     ctx.phases["setup_s"] += seconds.get("setup_s", 0.0) + seconds.get("build_s", 0.0)
     ctx.count_worker_starts()

@@ -93,6 +93,12 @@ def same_band(ctx: RunContext) -> float:
     return bands.cuda if ctx.device.startswith("cuda") else bands.cpu
 
 
+def reference_folder(cfg: HarnessConfig, run_dir: Path) -> Path:
+    """Where the run's float64 references are kept by their inputs' hash (harness.trial.reference_cache):
+    `inputs.references`, else `references/` beside the run folder."""
+    return Path(cfg.inputs.references) if cfg.inputs.references else run_dir.resolve().parent / "references"
+
+
 def baseline_only(experiment: ExperimentFacts) -> bool:
     return len(experiment.variants) == 1
 

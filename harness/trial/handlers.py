@@ -219,13 +219,15 @@ def on_card(server: Server, handler: Callable[[Server, CardState, C], Reply]) ->
         from harness.api.experiment import VariantSkipped
         from harness.workloads.base import WorkloadError
 
-        stage = "setup"
+        stage, references_before = "setup", server.references_s()
         try:
             with torch_state.pinned():  # no request inherits what an earlier variant set
                 state, build_s = server.card(request.spec)
                 stage = "run"
                 reply = handler(server, state, request)
-            return replace(reply, seconds={**reply.seconds, "build_s": build_s})
+            # Part of the set-up and checks phases, said apart: what a first run pays once per inputs.
+            return replace(reply, seconds={**reply.seconds, "build_s": build_s,
+                                           "references_s": server.references_s() - references_before})
         except VariantSkipped as exc:
             return request.reply(TrialStatus.SKIPPED, reason=str(exc))
         except BaseException as exc:  # noqa: BLE001 - a variant may raise anything, SystemExit included

@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import pickle
+import time
 import zlib
 from pathlib import Path
 from typing import Any, Callable
@@ -72,6 +73,7 @@ class ReferenceCache:
         self.folder = Path(folder) if folder else None
         self.computed = 0  # references computed (not read back) by this process: what reuse saves shows here
         self.loaded = 0
+        self.computing_s = 0.0  # the seconds computing (and writing) them took: what a first run pays once
         self._built: tuple[Workload, str] | None = None  # the last built workload and its digest
 
     def key(self, source: Workload | CallBatch, built: Workload, dtype: torch.dtype = torch.float64) -> str:
@@ -97,20 +99,20 @@ class ReferenceCache:
     def reference(self, source: Workload | CallBatch, built: Workload,
                   dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """`source.reference(dtype)`, read from the folder when an earlier run computed it."""
-        if self.folder is None:
-            self.computed += 1
-            return source.reference(dtype)
-        path = self.folder / f"{self.key(source, built, dtype)}.pt"
-        loaded = load_reference_file(path, built.device)  # None: absent, or a partial write by a killed process
+        path = None if self.folder is None else self.folder / f"{self.key(source, built, dtype)}.pt"
+        loaded = None if path is None else load_reference_file(path, built.device)  # None: absent, or damaged
         if loaded is not None and isinstance(loaded.get("reference"), torch.Tensor):
             self.loaded += 1
             return loaded["reference"]
+        t0 = time.perf_counter()
         self.computed += 1
         reference = source.reference(dtype)
-        try:  # through a temporary name: runs share the folder
-            save_reference_file({"reference": reference.detach()}, path)
-        except OSError:  # a full or read-only disk costs the reuse, not the run
-            pass
+        if path is not None:
+            try:  # through a temporary name: runs share the folder
+                save_reference_file({"reference": reference.detach()}, path)
+            except OSError:  # a full or read-only disk costs the reuse, not the run
+                pass
+        self.computing_s += time.perf_counter() - t0
         return reference
 
 

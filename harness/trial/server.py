@@ -130,6 +130,10 @@ class Server:
             self._caches[folder] = ReferenceCache(folder)
         return self._caches[folder]
 
+    def references_s(self) -> float:
+        """The seconds this child has spent computing float64 references (read back ones cost none)."""
+        return sum(cache.computing_s for cache in self._caches.values())
+
     def rules(self, cfg: Any) -> Any:
         from harness.cards.rules import RuleSet
 
