@@ -10,10 +10,20 @@ from __future__ import annotations
 
 import sys
 
-if __name__ == "__main__":  # the worker child imports torch while this process imports Hydra and Optuna below
+if __name__ == "__main__":
+    import signal as _signal
+
+    def _stopped_while_starting(signum: int, frame: object) -> None:
+        """Ctrl-C or SIGTERM before main() installs the run's handlers: one line, not an import's traceback."""
+        print(f"interrupted ({_signal.Signals(signum).name}) before the run started: nothing was measured",
+              file=sys.stderr)
+        sys.exit(128 + signum)
+
+    for _stop in (_signal.SIGINT, _signal.SIGTERM):
+        _signal.signal(_stop, _stopped_while_starting)
     from harness.run.worker import spawn_ahead
 
-    spawn_ahead(sys.argv[1:])
+    spawn_ahead(sys.argv[1:])  # the worker child imports torch while this process imports Hydra and Optuna below
 
 import logging
 import os

@@ -216,6 +216,45 @@ def test_ctrl_c_stops_the_app_and_its_worker_without_a_traceback(tmp_path, peak_
     assert not _alive(pid)
 
 
+def _worker_of(pid: int) -> int | None:
+    """The pid of `pid`'s worker child (python -m harness.trial), if it has one yet."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                cmdline = (entry / "cmdline").read_bytes()
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == pid and b"harness.trial" in cmdline:
+                return int(entry.name)
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc for the worker child")
+def test_ctrl_c_while_the_app_still_imports_is_one_line(tmp_path, peak_cache):
+    """The worker child starts first (harness.run.worker.spawn_ahead); a Ctrl-C from then on, while the app
+    imports Hydra and Optuna, is the stop line and exit 130, not an import's traceback, and the child goes too."""
+    proc = subprocess.Popen(_argv(tmp_path / "run", "{ok: {}}"), cwd=REPO, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, env=_env(peak_cache))
+    try:
+        until, child = time.monotonic() + 60, None
+        while child is None and proc.poll() is None and time.monotonic() < until:
+            child = _worker_of(proc.pid)
+            time.sleep(0.005)
+        assert child is not None, "no worker child started"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert stderr.strip().splitlines() == ["interrupted (SIGINT) before the run started: nothing was measured"]
+    until = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < until:
+        time.sleep(0.1)
+    assert not _alive(child)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind, reason", [("raise", "ValueError: injected failure"),
                                           ("segfault", "worker died: SIGSEGV (segmentation fault)")])
