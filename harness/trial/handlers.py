@@ -81,10 +81,10 @@ def measure(server: Server, state: CardState, request: Measure) -> Measured:
         if m.timing is not None:
             state.baseline_per_call_us = per_call(m.timing.median_us, prepared.calls)
         save_reference_file({"reference": reference.detach(), "baseline_error": state.standard.baseline_error,
-               "baseline_dtype": dtype_name(state.standard.dtype),
-               "adopted_precision": state.standard.adopted_precision,
-               "baseline_per_call_us": state.baseline_per_call_us},
-              Path(str(spec.reference_path)))
+                             "baseline_dtype": dtype_name(state.standard.dtype),
+                             "adopted_precision": state.standard.adopted_precision,
+                             "baseline_per_call_us": state.baseline_per_call_us},
+                            Path(str(spec.reference_path)))
     seconds = {**m.seconds, "reference_s": reference_s}
     seconds["setup_s"] = seconds.get("setup_s", 0.0) + reference_s  # the reference is set-up too
     judgement = Judgement.from_dict(m.correctness.as_dict())
