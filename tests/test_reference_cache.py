@@ -124,6 +124,38 @@ def test_a_new_worker_measuring_the_baseline_again_reuses_the_references(tmp_pat
     assert [r.judgement.max_rel for r in again] == [r.judgement.max_rel for r in replies]
 
 
+def test_a_new_child_reads_the_trials_reference_from_the_folder_not_the_run_folder(tmp_path: Path, card):
+    """With a references folder, trials/<card>/reference.pt keeps the baseline's standard without a copy of the
+    reference; a new child (after a crash) judges a trial on the folder's reference as the first child did."""
+    references = tmp_path / "references"
+    spec = CardSpec(card=card.to_dict(), experiment_module="experiments.dit_gemm_tiles", device="cpu", scale=0.05,
+                    correctness=CorrectnessSettings(4, 4),
+                    timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.01), profiler={"name": "none"},
+                    reference_path=str(tmp_path / "run" / "reference.pt"), reference_cache=str(references))
+    trial = Measure(spec=spec, variant="dtype_layout", params={"weight_layout": "kn"},
+                    card_path=str(tmp_path / "run" / "t.json"))
+    first = Server()
+    base = on_card(first, measure)(Measure(spec=spec, variant="linear", baseline=True,
+                                           card_path=str(tmp_path / "run" / "b.json")))
+    assert base.status is TrialStatus.COMPLETE, base.reason
+    judged = on_card(first, measure)(trial)
+    saved = load_reference_file(tmp_path / "run" / "reference.pt", "cpu")
+    assert saved is not None and "reference" not in saved and saved["baseline_error"] == base.judgement.max_rel
+    restarted = Server()  # a new child: nothing kept
+    again = on_card(restarted, measure)(trial)
+    assert again.status is TrialStatus.COMPLETE, again.reason
+    cache = restarted.reference_cache(spec)
+    assert cache.computed == 0 and cache.loaded == 2  # the card's reference and the second draw's
+    assert again.judgement.max_rel == judged.judgement.max_rel
+    assert again.judgement.baseline_error == base.judgement.max_rel
+    # Without a folder the run's file keeps the reference itself (tests/app/test_fault_injection.py reads it back).
+    alone = dataclasses.replace(spec, reference_cache=None, reference_path=str(tmp_path / "alone" / "reference.pt"))
+    assert on_card(Server(), measure)(Measure(spec=alone, variant="linear", baseline=True,
+                                              card_path=str(tmp_path / "alone" / "b.json"))).ok
+    kept = load_reference_file(tmp_path / "alone" / "reference.pt", "cpu")
+    assert kept is not None and isinstance(kept["reference"], torch.Tensor)
+
+
 def test_a_damaged_cache_file_is_computed_again_not_served(tmp_path: Path, card):
     workload, calls = _counted(_built(card))
     computed = ReferenceCache(str(tmp_path)).reference(workload, workload)

@@ -12,7 +12,8 @@ logical order (a channels_last copy of the same numbers hashes alike: its refere
 module's parameters and buffers, the reference dtype and the device kind (a CUDA float64 result may
 differ from a CPU one in its last bits). A batch of k calls is keyed by each call's inputs.
 
-A reference file (the cache's, and the run's `trials/<card>/reference.pt` with the baseline's standard) is
+A reference file (the cache's, and the run's `trials/<card>/reference.pt` with the baseline's standard, which
+holds the reference itself only where the folder does not) is
 written atomically and carries a CRC32 of its tensors' bytes, checked on every read: a damaged file is computed
 again, never served. Not torch's own CRC: torch.save's per-record one (miniz's) costs 4x the write (0.07 of
 0.09 s for a 19 MB reference on a 2-core Xeon) and torch.load never checks it (a flipped byte loads); zlib's
@@ -95,6 +96,10 @@ class ReferenceCache:
             if isinstance(inputs[name], torch.Tensor):
                 _tensor_digest(digest, f"input.{name}", inputs[name])
         return digest.hexdigest()
+
+    def holds(self, source: Workload | CallBatch, built: Workload, dtype: torch.dtype = torch.float64) -> bool:
+        """Whether the folder holds `source`'s reference in `dtype`: a later child reads it from there."""
+        return self.folder is not None and (self.folder / f"{self.key(source, built, dtype)}.pt").exists()
 
     def reference(self, source: Workload | CallBatch, built: Workload,
                   dtype: torch.dtype = torch.float64) -> torch.Tensor:

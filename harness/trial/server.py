@@ -93,11 +93,12 @@ class Server:
         free_memory()
 
     def reference(self, state: CardState, spec: CardSpec, baseline: bool) -> Any:
-        """The card's float64 reference: computed when the `baseline` is measured, else the one saved with its
-        standard.
+        """The card's float64 reference: computed (or read from the references folder) when the `baseline` is
+        measured; for a trial in a new child, read back with the baseline's standard.
 
-        A trial needs the baseline's error too, so a new child loads both from reference_path (written
-        when the baseline was measured) rather than recomputing anything.
+        A trial needs the baseline's error too, so a new child loads it from reference_path (written when the
+        baseline was measured), and the reference from there or, where that file does not hold it, from the
+        references folder (computed again only if the folder lost it).
         """
         from harness.trial.correctness import Rule, anchored_standard
         from harness.trial.reference_cache import load_reference_file
@@ -112,7 +113,8 @@ class Server:
             if saved is None:
                 why = "unreadable or damaged" if path and os.path.exists(path) else "the baseline was not measured"
                 raise RuntimeError(f"no correctness reference at {path}: {why}")
-            state.reference = saved["reference"]
+            state.reference = (saved["reference"] if "reference" in saved
+                               else self.reference_cache(spec).reference(state.as_built, state.as_built))
             state.standard = anchored_standard(Rule.from_config(spec.correctness), float(saved["baseline_error"]),
                                                parse_dtype(saved["baseline_dtype"]), state.workload.reduction_length,
                                                saved.get("adopted_precision"))
