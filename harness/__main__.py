@@ -8,19 +8,23 @@ with one line saying where the outputs are and the command that resumes the run
 
 from __future__ import annotations
 
+import signal
 import sys
 
+
+def _not_started(signum: int) -> str:
+    return f"interrupted ({signal.Signals(signum).name}) before the run started: nothing was measured"
+
+
 if __name__ == "__main__":
-    import signal as _signal
 
     def _stopped_while_starting(signum: int, frame: object) -> None:
         """Ctrl-C or SIGTERM before main() installs the run's handlers: one line, not an import's traceback."""
-        print(f"interrupted ({_signal.Signals(signum).name}) before the run started: nothing was measured",
-              file=sys.stderr)
+        print(_not_started(signum), file=sys.stderr)
         sys.exit(128 + signum)
 
-    for _stop in (_signal.SIGINT, _signal.SIGTERM):
-        _signal.signal(_stop, _stopped_while_starting)
+    for _stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_stop, _stopped_while_starting)
     from harness.run.worker import spawn_ahead
 
     spawn_ahead(sys.argv[1:])  # the worker child imports torch while this process imports Hydra and Optuna below
@@ -28,7 +32,6 @@ if __name__ == "__main__":
 import logging
 import os
 import shlex
-import signal
 import threading
 from pathlib import Path
 from typing import Any, NoReturn
@@ -106,7 +109,7 @@ def _stopped(run_dir: Path | None, stop: BaseException | None = None) -> NoRetur
     signum = _received[0] if _received else signal.SIGINT
     name = signal.Signals(signum).name
     if run_dir is None or not resumable(run_dir):
-        print(f"interrupted ({name}) before the run started: nothing was measured", file=sys.stderr)
+        print(_not_started(signum), file=sys.stderr)
     else:
         from harness.run.stopping import record_stop
 

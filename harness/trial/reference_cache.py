@@ -38,11 +38,15 @@ from harness.workloads.base import CallBatch, Workload
 FORMAT = 2  # bumped when the key or the file changes meaning (2: the file checksummed)
 
 
+def _host_bytes(tensor: torch.Tensor) -> memoryview:
+    """The tensor's values as bytes in logical order (a memory format reads alike), on the host, uncopied there."""
+    return tensor.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().data
+
+
 def _tensor_digest(digest: Any, name: str, tensor: torch.Tensor) -> None:
     """The tensor's name, dtype, shape and values (logical order, so a memory format hashes alike)."""
-    flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8).cpu()
     digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-    digest.update(flat.numpy().tobytes())
+    digest.update(_host_bytes(tensor))
 
 
 def _code(fn: Callable[..., Any] | None) -> str:
@@ -130,8 +134,7 @@ def _crc32(tensors: dict[str, Any]) -> int:
     for name in sorted(tensors):
         value = tensors[name]
         if isinstance(value, torch.Tensor):
-            flat = value.detach().contiguous().reshape(-1).view(torch.uint8).cpu()
-            crc = zlib.crc32(flat.numpy().data, crc)
+            crc = zlib.crc32(_host_bytes(value), crc)
     return crc
 
 
@@ -140,10 +143,7 @@ def save_reference_file(obj: dict[str, Any], path: Path) -> None:
     no file, the old one or the whole new one. OSError (a full or read-only disk) is the caller's."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        set_crc = torch.serialization.set_crc32_options  # torch >= 2.6; older ones write theirs
-    except AttributeError:
-        set_crc = None
+    set_crc = getattr(torch.serialization, "set_crc32_options", None)  # torch >= 2.6; older ones write theirs
     before = torch.serialization.get_crc32_options() if set_crc is not None else None
     try:
         if set_crc is not None:
