@@ -183,7 +183,7 @@ def app(cfg: DictConfig) -> float | None:
           f"profiling {phases['profiling_s']:.1f} s, rest bookkeeping{once}; "
           "measurement: the trials' timing, the baseline's drift re-times and the confirm rounds)")
     print((run_dir / "summary.md").read_text(encoding="utf-8"))
-    print(f"outputs: {run_dir}  (summary.md, diff.md, diff.json, baseline.json, best.json, trials/, optuna.db)")
+    print(f"outputs: {run_dir}  (summary.md, diff.md, diff.json, baseline.json, best.json, trials/, report.html)")
     speedups: list[float] = []
     for o in outcomes:
         if o.best is not None:

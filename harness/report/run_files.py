@@ -53,7 +53,8 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _storage_url(run_dir: Path, run: Mapping[str, Any]) -> str | None:
-    """run.json's storage if it can be read without creating anything, else the run dir's optuna.db."""
+    """run.json's storage if it can be read without creating anything, else the run dir's own studies: its
+    journal `optuna.log`, or `optuna.db` in a folder made before 2026-12-07."""
     url = run.get("storage")
     if isinstance(url, str) and url:
         journal = journal_path(url)
@@ -61,5 +62,7 @@ def _storage_url(run_dir: Path, run: Mapping[str, Any]) -> str | None:
             return url if journal.is_file() else None
         if not url.startswith("sqlite:///") or Path(url[len("sqlite:///"):]).is_file():
             return url
+    if (journal := run_dir / "optuna.log").is_file():
+        return f"journal://{journal.resolve()}"
     local = run_dir / "optuna.db"
     return f"sqlite:///{local.resolve()}" if local.is_file() else None

@@ -30,7 +30,7 @@ from harness.errors import HarnessError
 from harness.run.card_search import run_card
 from harness.run.outputs import card_results, write_outputs, write_page
 from harness.run.progress import RunProgress, cost_settings
-from harness.run.provenance import claim_run_dir
+from harness.run.provenance import claim_run_dir, default_storage
 from harness.run.selection import SelectionError, select_cards
 from harness.run.state import CardOutcome, RunContext, RunError
 from harness.run.stopping import earlier_drift, keep_drift, note_progress
@@ -39,6 +39,7 @@ from harness.search import (
     check_new_studies,
     describe_url,
     drawable,
+    journal_path,
     make_storage,
     plan_search,
     study_name,
@@ -88,14 +89,16 @@ class _SetUp:
     derived: Described  # from the report and the device: the profiler, the cast cards' frames
 
 
-# Modules the run imports later anyway (the study storage's database layer, the verdicts' t quantiles),
-# imported while the worker imports torch rather than after it.
-_IMPORTED_WHILE_THE_WORKER_STARTS = ("sqlalchemy.orm", "alembic.command", "alembic.migration", "scipy.special")
+# Modules the run imports later anyway (the verdicts' t quantiles; a database storage's layer), imported while
+# the worker imports torch rather than after it.
+_IMPORTED_WHILE_THE_WORKER_STARTS = ("scipy.special",)
+_IMPORTED_FOR_A_DATABASE = ("sqlalchemy.orm", "alembic.command", "alembic.migration")
 
 
-def _set_up(cfg: HarnessConfig, rules: RuleSet, worker: TrialWorker) -> _SetUp:
+def _set_up(cfg: HarnessConfig, rules: RuleSet, worker: TrialWorker, storage: str) -> _SetUp:
     """The experiment, the report, the device, the cards and the profiler, each checked in that order;
-    what needs torch is described by the worker (a Describe request), its errors raised here in order."""
+    what needs torch is described by the worker (a Describe request), its errors raised here in order.
+    `storage` (the run's URL) says whether the database layer is worth importing while the worker starts."""
     experiment_cfg = experiment_of(cfg)
     deadline = cfg.search.trial_deadline_s
     # Read while the worker starts (harness.run.worker.TrialWorker.spawn); its error is raised in its turn.
@@ -103,7 +106,8 @@ def _set_up(cfg: HarnessConfig, rules: RuleSet, worker: TrialWorker) -> _SetUp:
         normalized, report_error = classify_report(lint_report(load_report(cfg.report)).normalized, rules), None
     except HarnessError as exc:
         report_error = exc
-    for module in _IMPORTED_WHILE_THE_WORKER_STARTS:
+    database = () if journal_path(storage) is not None else _IMPORTED_FOR_A_DATABASE
+    for module in (*_IMPORTED_WHILE_THE_WORKER_STARTS, *database):
         importlib.import_module(module)
     described = describe(worker, Describe(experiments={"run": (experiment_cfg.module, experiment_cfg.name)},
                                           device=cfg.device, config=plain(cfg)), deadline)
@@ -149,7 +153,8 @@ def execute(cfg: HarnessConfig, run_dir: Path) -> tuple[RunContext, list[CardOut
     describing = worker_for(cfg)
     describing.spawn()  # torch's import in the child, while this process reads the report
     starts_before = len(describing.startups)  # the starts of a worker that served an earlier run are not this one's
-    setup = _set_up(cfg, rules, describing)
+    storage = cfg.search.storage or default_storage(run_dir)
+    setup = _set_up(cfg, rules, describing, storage)
     # Hydra's, Optuna's, SQLAlchemy's and the report's objects live as long as the run: frozen out of the
     # collector, whose full collections walked them every time (0.3 s of the default CPU run).
     gc.freeze()
@@ -160,7 +165,6 @@ def execute(cfg: HarnessConfig, run_dir: Path) -> tuple[RunContext, list[CardOut
     check_output_dir(run_dir)
     claim_run_dir(run_dir, plain(cfg), device=device, profiler=profiler, cards=[c.id for c in cards])
     worker.use_run_dir(run_dir)
-    storage = cfg.search.storage or f"sqlite:///{(run_dir / 'optuna.db').resolve()}"
     space = dict(experiment_of(cfg).space or {})
     if space or len(experiment.variants) > 1:
         check_new_studies(make_storage(storage, cfg.search), [study_name(experiment.name, c.id) for c in cards],

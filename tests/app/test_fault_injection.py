@@ -22,6 +22,7 @@ import pytest
 from harness.boundary.replies import one_line
 from harness.cards.model import load_report
 from harness.run.worker import CardSession, TrialWorker, exit_reason
+from harness.search import make_storage
 from harness.trial.handlers import is_out_of_memory
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +75,7 @@ def _check(run_dir: Path, proc: subprocess.CompletedProcess, complete: int, fail
     the trial cards on disk are the completed trials'; summary.md and diff.json are valid. run.json."""
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{run_dir}/optuna.db")
+    study = optuna.load_study(study_name=STUDY, storage=make_storage(f"{run_dir}/optuna.log"))
     states = [t.state for t in study.trials]
     assert states.count(optuna.trial.TrialState.COMPLETE) == complete, states
     fails = {t.params["fault.kind"]: t for t in study.trials if t.state == optuna.trial.TrialState.FAIL}

@@ -224,8 +224,8 @@ def test_plan_only_writes_the_plan_and_measures_nothing(tmp_path):
     assert {e["card"].split("-")[1] for e in vae} == {"480", "704"}
     assert all(e["experiments"] == ["vae_decode_chunk"] and len(e["contains"]) >= 3 for e in vae)
     assert not any(e["selected"] for e in chunks)
-    assert not (tmp_path / "optuna.db").exists() and not any(p.is_dir() for p in tmp_path.iterdir()
-                                                              if p.name != ".hydra")
+    assert not any((tmp_path / name).exists() for name in ("optuna.log", "optuna.db"))
+    assert not any(p.is_dir() for p in tmp_path.iterdir() if p.name != ".hydra")
 
 
 def test_auto_runs_a_chunk_card_after_the_op_cards_that_predict_it(tmp_path, monkeypatch):

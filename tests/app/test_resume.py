@@ -17,7 +17,6 @@ import os
 import shlex
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -162,16 +161,16 @@ def test_a_process_joining_a_shared_journal_study_may_start_a_new_folder(tmp_pat
 
 
 def _states(run_dir: Path) -> dict[str, list[str]]:
-    """Each study's trial states, read without Optuna (no lock held against the running app)."""
-    try:
-        with sqlite3.connect(f"file:{run_dir / 'optuna.db'}?mode=ro", uri=True, timeout=1) as db:
-            rows = db.execute("SELECT s.study_name, t.state FROM trials t JOIN studies s USING (study_id) "
-                              "ORDER BY t.number").fetchall()
-    except sqlite3.Error:  # not created yet, or busy
+    """Each study's trial states, read from the run's journal as the app writes it (a journal's reads take no
+    lock); nothing while the journal does not exist (opening it would create it in the run's folder)."""
+    journal = run_dir / "optuna.log"
+    if not journal.is_file():
         return {}
+    storage = make_storage(str(journal))
     found: dict[str, list[str]] = {}
-    for name, state in rows:
-        found.setdefault(name.split(":", 1)[1], []).append(state)
+    for study in storage.get_all_studies():
+        trials = sorted(storage.get_all_trials(study._study_id, deepcopy=False), key=lambda t: t.number)
+        found[study.study_name.split(":", 1)[1]] = [t.state.name for t in trials]
     return found
 
 
@@ -204,7 +203,7 @@ def _resume(command: str, peaks: Path) -> subprocess.CompletedProcess:
 def _check_studies(run_dir: Path, cards: list[str]) -> None:
     """Exactly the space's size in counted trials, each configuration once, and no FAIL without a reason."""
     for card in cards:
-        study = optuna.load_study(study_name=f"fault_injection:{card}", storage=f"sqlite:///{run_dir}/optuna.db")
+        study = optuna.load_study(study_name=f"fault_injection:{card}", storage=make_storage(f"{run_dir}/optuna.log"))
         counted = budget_trials(study.trials)
         assert [t.state for t in counted] == [optuna.trial.TrialState.COMPLETE] * SPACE_SIZE, card
         assert len({json.dumps(t.params, sort_keys=True) for t in counted}) == SPACE_SIZE
@@ -228,7 +227,7 @@ def test_sigterm_during_the_only_card_marks_the_run_stopped_and_resume_completes
     summary = (run_dir / "summary.md").read_text()
     assert summary.startswith("> **Stopped after 0 of 1 card** (SIGTERM)"), summary[:300]
     assert command in summary
-    study = optuna.load_study(study_name=f"fault_injection:{SMALL}", storage=f"sqlite:///{run_dir}/optuna.db")
+    study = optuna.load_study(study_name=f"fault_injection:{SMALL}", storage=make_storage(f"{run_dir}/optuna.log"))
     [stopped] = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
     assert stopped.user_attrs["reason"].startswith("interrupted (SIGTERM): not a failure")
 

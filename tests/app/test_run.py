@@ -10,6 +10,8 @@ import pytest
 
 from harness.cards.model import load_report
 from harness.cards.rules import NOT_ENOUGH
+from harness.run.provenance import default_storage
+from harness.search import make_storage
 from harness.trial import torch_state
 
 TINY = ["workload.cpu_scale=0.08", "timing.budget_s=0.05", "timing.drift_budget_s=0.02", "timing.confirm_rounds=1"]
@@ -26,7 +28,7 @@ def _run(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
 def test_channels_last_end_to_end(tmp_path):
     proc = _run(tmp_path, "cards=[vae-480-conv3d-96to3k333t3-842ecd]")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for name in ("baseline.json", "best.json", "diff.md", "diff.json", "summary.md", "optuna.db", "run.json",
+    for name in ("baseline.json", "best.json", "diff.md", "diff.json", "summary.md", "optuna.log", "run.json",
                  "report.html"):
         assert (tmp_path / name).exists(), name
     best = load_report(tmp_path / "best.json")
@@ -43,7 +45,7 @@ def test_channels_last_end_to_end(tmp_path):
     assert diff["speedup"] > 0 and diff["verdict"] in {"yes", "no", "not measurable"}
     trials = sorted((tmp_path / "trials" / card.id).glob("trial_*.json"))
     assert len(trials) == 3  # the exhaustive sampler covered the three variants once each
-    study = optuna.load_study(study_name=f"vae_channels_last:{card.id}", storage=f"sqlite:///{tmp_path}/optuna.db")
+    study = optuna.load_study(study_name=f"vae_channels_last:{card.id}", storage=make_storage(f"{tmp_path}/optuna.log"))
     assert len(study.trials) == 3
     assert "outside measurement" in proc.stdout and str(tmp_path) in proc.stdout
     assert not (tmp_path / "worker.pid").exists()  # the worker ended with the run: no stale pid file
@@ -55,7 +57,7 @@ def test_channels_last_end_to_end(tmp_path):
 
     resumed = _run(tmp_path, "cards=[vae-480-conv3d-96to3k333t3-842ecd]", "search.resume=true")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    study = optuna.load_study(study_name=f"vae_channels_last:{card.id}", storage=f"sqlite:///{tmp_path}/optuna.db")
+    study = optuna.load_study(study_name=f"vae_channels_last:{card.id}", storage=make_storage(f"{tmp_path}/optuna.log"))
     assert len(study.trials) == 3  # the space was covered: resume adds nothing and loses nothing
 
 
@@ -89,6 +91,26 @@ def test_bf16_conv_is_not_drawn_with_its_reason_on_a_cpu_without_bf16_math(tmp_p
 
 
 @pytest.mark.slow
+def test_a_new_run_keeps_its_studies_in_a_journal_and_an_older_folder_its_sqlite(tmp_path):
+    """The storage of search.storage null: optuna.log (Optuna's journal) in a new run folder; optuna.db in a
+    folder made before 2026-12-07 (when that was the default), which a resume keeps using."""
+    new = tmp_path / "new"
+    assert default_storage(new) == f"journal://{new.resolve()}/optuna.log"
+    older = tmp_path / "older"
+    older.mkdir()  # an explicit storage is opened before Hydra makes the run folder
+    card = "vae-480-conv3d-96to3k333t3-842ecd"
+    made = _run(older, f"cards=[{card}]", f"search.storage=sqlite:///{older}/optuna.db")  # as the old default did
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert default_storage(older) == f"sqlite:///{older.resolve()}/optuna.db"
+    resumed = _run(older, f"cards=[{card}]", "search.resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert not (older / "optuna.log").exists()
+    study = optuna.load_study(study_name=f"vae_channels_last:{card}", storage=f"sqlite:///{older}/optuna.db")
+    assert len(study.trials) == 3  # its studies found: the covered space adds nothing, loses nothing
+    assert json.loads((older / "run.json").read_text())["storage"] == f"sqlite:///{older.resolve()}/optuna.db"
+
+
+@pytest.mark.slow
 def test_with_fewer_trials_than_the_space_no_trial_is_spent_on_a_cuda_only_variant_on_a_cpu(tmp_path):
     # 2 trials, 4 configurations of which 2 need CUDA: the default exhaustive search (seed 0) queued
     # blas_library for one of the two before, a trial spent on a skip; now it is not drawn.
@@ -98,7 +120,7 @@ def test_with_fewer_trials_than_the_space_no_trial_is_spent_on_a_cuda_only_varia
     proc = _run(tmp_path, "experiment=dit_gemm_tiles", f"cards=[{card}]", "search.n_trials=2",
                 "~experiment.space", f"+experiment.space={space}")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    study = optuna.load_study(study_name=f"dit_gemm_tiles:{card}", storage=f"sqlite:///{tmp_path}/optuna.db")
+    study = optuna.load_study(study_name=f"dit_gemm_tiles:{card}", storage=make_storage(f"{tmp_path}/optuna.log"))
     assert [t.params["variant"] for t in study.trials] == ["dtype_layout", "dtype_layout"]
     summary = (tmp_path / "summary.md").read_text()
     assert "- not drawn: blas_library (needs CUDA; device is cpu)" in summary

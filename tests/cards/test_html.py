@@ -20,6 +20,7 @@ from harness.cards.model import Report, load_report, save_report
 from harness.cards.rules import classify_card
 from harness.report.html import render_diff_html, render_run_html, write_run_html
 from harness.report.roofline import device_roofs
+from harness.search import make_storage
 from tests.app.test_run import _run
 from tests.cards.test_verdict_rows import _batched_pair, _pair
 
@@ -111,7 +112,7 @@ def test_card_without_variant_and_without_storage_keeps_its_baseline(run_dir: Pa
     shutil.copytree(run_dir, copy_dir)
     save_report(Report(cards=[]), copy_dir / "tried.json")
     (copy_dir / "diff.json").write_text(json.dumps({"cards": [], "only_before": [CARD], "only_after": []}))
-    (copy_dir / "optuna.db").unlink()
+    (copy_dir / "optuna.log").unlink()
     (copy_dir / "run.json").unlink()
     page = render_run_html(copy_dir)
     assert page.count('<section class="card"') == 1
@@ -150,7 +151,7 @@ def _trial(state: optuna.trial.TrialState, variant: str, value: float | None = N
 )
 def test_studies_of_every_size_render(tmp_path: Path, seed_report: Report, trials, expected) -> None:
     run_dir, name = _synthetic_run(tmp_path, seed_report)
-    study = optuna.create_study(study_name=name, storage=f"sqlite:///{run_dir / 'optuna.db'}")
+    study = optuna.create_study(study_name=name, storage=make_storage(str(run_dir / "optuna.log")))
     for state, variant, value in trials:
         study.add_trial(_trial(getattr(optuna.trial.TrialState, state), variant, value))
     page = render_run_html(run_dir)
@@ -161,9 +162,18 @@ def test_studies_of_every_size_render(tmp_path: Path, seed_report: Report, trial
         assert "Optimization history of study" in page
 
 
-def test_unreadable_storage_is_a_note_not_a_crash(tmp_path: Path, seed_report: Report) -> None:
+def test_a_folder_made_before_the_journal_shows_its_sqlite_studies(tmp_path: Path, seed_report: Report) -> None:
+    run_dir, name = _synthetic_run(tmp_path, seed_report)
+    study = optuna.create_study(study_name=name, storage=f"sqlite:///{run_dir / 'optuna.db'}")
+    study.add_trial(_trial(optuna.trial.TrialState.COMPLETE, "a", 5.0))
+    page = render_run_html(run_dir)
+    assert "not enough trials" in page and "1 completed" in page and "optuna.db" in page
+
+
+@pytest.mark.parametrize("name, text", [("optuna.db", "not a database"), ("optuna.log", "not\na journal\n")])
+def test_unreadable_storage_is_a_note_not_a_crash(tmp_path: Path, seed_report: Report, name: str, text: str) -> None:
     run_dir, _ = _synthetic_run(tmp_path, seed_report)
-    (run_dir / "optuna.db").write_text("not a database")
+    (run_dir / name).write_text(text)
     page = render_run_html(run_dir)
     assert "unreadable" in page and page.count('<section class="card"') == 1
 
