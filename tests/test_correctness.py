@@ -679,3 +679,24 @@ def test_the_emulated_factor_is_checked_with_the_config():
         compose_checked(["experiment.correctness.emulated_factor=0"])
     config, _ = compose_checked(["experiment=vae_bf16"])
     assert Rule.from_config(config["experiment"]["correctness"]) == RULE
+
+
+def test_the_unit_of_max_rel_follows_its_reference_when_it_is_written_or_replaced():
+    """max|ref| is kept per reference tensor: judged again after the reference is written in place, or against a
+    new tensor (which may take a freed one's id), max_rel is max|out - ref| / max|ref| of the tensor given."""
+    ref = torch.tensor([1.0, -4.0, 2.0], dtype=torch.float64)
+    out = torch.tensor([1.0, -4.0, 2.5], dtype=torch.float32)
+    assert check_output(out, ref, 1.0).max_rel == 0.5 / 4.0
+    assert check_output(out, ref, 1.0).max_rel == 0.5 / 4.0  # the kept unit
+    ref.mul_(0.5)  # [0.5, -2, 1]: |out - ref| peaks at 2.0
+    assert check_output(out, ref, 1.0).max_rel == 2.0 / 2.0
+    ids: set[int] = set()
+    for value in range(5, 50):  # each tensor dies before the next is made: a freed one's id is taken again
+        ref = torch.full((3,), float(value), dtype=torch.float64)
+        reused = id(ref) in ids
+        ids.add(id(ref))
+        assert check_output(out, ref, 1.0).max_rel == (value + 4.0) / value  # |-4 - value| over value
+        del ref
+        if reused:
+            break
+    assert reused, "no id was reused: the case this test plants did not happen"
