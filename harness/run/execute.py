@@ -155,8 +155,8 @@ def execute(cfg: HarnessConfig, run_dir: Path) -> tuple[RunContext, list[CardOut
     starts_before = len(describing.startups)  # the starts of a worker that served an earlier run are not this one's
     storage = cfg.search.storage or default_storage(run_dir)
     setup = _set_up(cfg, rules, describing, storage)
-    # Hydra's, Optuna's, SQLAlchemy's and the report's objects live as long as the run: frozen out of the
-    # collector, whose full collections walked them every time (0.3 s of the default CPU run).
+    # Hydra's, Optuna's and the report's objects (and SQLAlchemy's, with a database storage) live as long as the
+    # run: frozen out of the collector, whose full collections walked them every time (0.3 s of the default CPU run).
     gc.freeze()
     experiment, cards, device, profiler = setup.experiment, setup.cards, setup.described.device, setup.derived.profiler
     assert device is not None and profiler is not None  # _set_up raised their errors
