@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness.cards.model import Report, ReportError, load_report
-from harness.search.storage import journal_path
+from harness.search.storage import default_storage, journal_path
 
 
 @dataclass
@@ -53,8 +53,8 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _storage_url(run_dir: Path, run: Mapping[str, Any]) -> str | None:
-    """run.json's storage if it can be read without creating anything, else the run dir's own studies: its
-    journal `optuna.log`, or `optuna.db` in a folder made before 2026-12-07."""
+    """run.json's storage if it can be read without creating anything, else the run dir's own studies
+    (harness.search.storage.default_storage) if they are there."""
     url = run.get("storage")
     if isinstance(url, str) and url:
         journal = journal_path(url)
@@ -62,7 +62,5 @@ def _storage_url(run_dir: Path, run: Mapping[str, Any]) -> str | None:
             return url if journal.is_file() else None
         if not url.startswith("sqlite:///") or Path(url[len("sqlite:///"):]).is_file():
             return url
-    if (journal := run_dir / "optuna.log").is_file():
-        return f"journal://{journal.resolve()}"
-    local = run_dir / "optuna.db"
-    return f"sqlite:///{local.resolve()}" if local.is_file() else None
+    own = default_storage(run_dir)
+    return own if (journal_path(own) or Path(own[len("sqlite:///"):])).is_file() else None

@@ -30,13 +30,14 @@ from harness.errors import HarnessError
 from harness.run.card_search import run_card
 from harness.run.outputs import card_results, write_outputs, write_page
 from harness.run.progress import RunProgress, cost_settings
-from harness.run.provenance import claim_run_dir, default_storage
+from harness.run.provenance import claim_run_dir
 from harness.run.selection import SelectionError, select_cards
 from harness.run.state import CardOutcome, RunContext, RunError
 from harness.run.stopping import earlier_drift, keep_drift, note_progress
 from harness.run.worker import TrialWorker, WorkerError, warn_unused_memory_limit, worker_for
 from harness.search import (
     check_new_studies,
+    default_storage,
     describe_url,
     drawable,
     journal_path,

@@ -26,10 +26,9 @@ from typing import Any, Mapping
 from harness.cards.model import default_report_path, write_json_atomic
 from harness.config.schema import AUTO, is_auto
 from harness.errors import HarnessError
+from harness.search.storage import RUN_DATABASE
 
 IDENTITY_FILE = "run_identity.json"
-STUDY_FILE = "optuna.log"  # the run's studies with search.storage null: Optuna's journal file (default_storage)
-SQLITE_STUDY_FILE = "optuna.db"  # the same, in a run folder made before 2026-12-07
 # The compared fields, in the order a difference is looked for, each with the config key it comes from.
 FIELDS = {"experiment": "experiment", "module": "experiment.module", "report_sha256": "report",
           "space": "experiment.space", "correctness": "experiment", "cards": "cards", "workload": "workload",
@@ -141,18 +140,6 @@ def _refusal(run_dir: Path, difference: tuple[str, Any, Any], resume: bool, made
             + (f"resume with the settings it was made with ({IDENTITY_FILE} there) or {other}" if resume else other))
 
 
-def default_storage(run_dir: Path) -> str:
-    """The storage of a run whose search.storage is null: Optuna's journal file in the run folder, or the SQLite
-    database a run made before 2026-12-07 left there, so that resuming it finds its studies.
-
-    A journal because a run's studies are one process's short appends: SQLite cost a run's start the import
-    of SQLAlchemy and Alembic and the database's creation, and every trial a transaction."""
-    folder = run_dir.resolve()
-    if (folder / SQLITE_STUDY_FILE).is_file() and not (folder / STUDY_FILE).exists():
-        return f"sqlite:///{folder / SQLITE_STUDY_FILE}"
-    return f"journal://{folder / STUDY_FILE}"  # journal:///abs/path
-
-
 def _study_experiments(study_file: Path) -> list[str]:
     """The experiments whose studies a run directory's optuna.db holds (a run made before identities)."""
     try:
@@ -190,13 +177,13 @@ def check_run_dir(run_dir: Path, cfg: Mapping[str, Any], *, device: str | None =
         return recorded
     if not resume or cfg["search"].get("storage"):
         return None
-    study_file = run_dir / SQLITE_STUDY_FILE
+    study_file = run_dir / RUN_DATABASE
     if study_file.exists():  # a run made before run identities were recorded: its studies name it
         experiments = _study_experiments(study_file)
         name = run_name(cfg)
         if experiments and name not in experiments:
             raise ResumeError(f"{run_dir} was made by experiment {experiments[0]} (its studies in "
-                              f"{SQLITE_STUDY_FILE}), not {name}; resume with experiment={experiments[0]} or choose "
+                              f"{RUN_DATABASE}), not {name}; resume with experiment={experiments[0]} or choose "
                               "another hydra.run.dir")
         return None
     if _inside_auto_run(run_dir):

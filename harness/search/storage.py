@@ -136,6 +136,22 @@ def describe_url(url: str) -> str:
     return url
 
 
+RUN_JOURNAL = "optuna.log"  # a run folder's studies when search.storage is null: Optuna's journal file
+RUN_DATABASE = "optuna.db"  # the same, in a run folder made before 2026-12-07 (SQLite)
+
+
+def default_storage(run_dir: Path) -> str:
+    """The storage of a run whose search.storage is null: the journal file in its folder, or the SQLite database
+    a run made before 2026-12-07 left there, so that resuming it (or reading its page) finds its studies.
+
+    A journal because a run's studies are one process's short appends: SQLite cost a run's start the import
+    of SQLAlchemy and Alembic and the database's creation, and every trial a transaction."""
+    folder = run_dir.resolve()
+    if (folder / RUN_DATABASE).is_file() and not (folder / RUN_JOURNAL).exists():
+        return f"sqlite:///{folder / RUN_DATABASE}"
+    return f"{JOURNAL_PREFIX}{folder / RUN_JOURNAL}"  # journal:///abs/path
+
+
 def journal_path(url: str) -> Path | None:
     """The journal file a storage URL names, or None for a database URL."""
     if url.startswith(JOURNAL_PREFIX):

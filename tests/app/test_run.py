@@ -10,8 +10,7 @@ import pytest
 
 from harness.cards.model import load_report
 from harness.cards.rules import NOT_ENOUGH
-from harness.run.provenance import default_storage
-from harness.search import make_storage
+from harness.search import default_storage, make_storage
 from harness.trial import torch_state
 
 TINY = ["workload.cpu_scale=0.08", "timing.budget_s=0.05", "timing.drift_budget_s=0.02", "timing.confirm_rounds=1"]
