@@ -15,7 +15,7 @@ result and its headline numbers:
                      an alternative or dropped with a note (the harness gets the list)
   reproduction_ncu   experiment=reprofile under ncu at scale 1 on one card per op kind (linear, conv3d,
                      attention, cast) and the five cards that carry the report's time, each built in its own
-                     dtype, then `python -m harness.cards reproduce` on the baseline: a verdict per card
+                     dtype, then `python -m harness.report reproduce` on the baseline: a verdict per card
                      (REPRODUCED, OTHER_KERNELS, OTHER_SPEED, NOT_COMPARABLE) -> reproduction.md
   wins               vae_bf16 (bf16 x memory format) and dit_small_m_batching (batched k=20) on their card at
                      scale 1 under the CUDA trace: each one's confirmed verdict and adopted variant
@@ -141,7 +141,7 @@ REPRODUCTION = [  # the cards that carry the report's time
 ]
 REPRODUCTION_NCU = list(dict.fromkeys([*PER_OP_KIND, *REPRODUCTION]))  # 8 cards: the cast is in both
 # The verdicts' command (another engineer's): the step is skipped, saying so, while the CLI lacks it.
-CARDS_CLI = REPO / "harness" / "cards" / "cli.py"
+CARDS_CLI = REPO / "harness" / "report" / "cli.py"
 REPRODUCE_PARSER = re.compile(r"add_parser\(\s*[\"']reproduce[\"']")
 # The wins a user comes for, each on its card at scale 1 under the CUDA trace: (experiment, card, what of its
 # space runs, trials). vae_bf16's bf16 in both memory formats; dit_small_m_batching's largest batch (k=20: every
@@ -1136,7 +1136,7 @@ def _add_reproduction(check: Check, key: str, title: str, run_dir: Path, extra: 
 def reproduce_unmet() -> str | None:
     text = CARDS_CLI.read_text(errors="replace") if CARDS_CLI.is_file() else ""
     return None if REPRODUCE_PARSER.search(text) else (
-        f"`python -m harness.cards reproduce` missing ({_rel(CARDS_CLI)} has no reproduce subcommand)")
+        f"`python -m harness.report reproduce` missing ({_rel(CARDS_CLI)} has no reproduce subcommand)")
 
 
 def _json_document(text: str) -> Any:
@@ -1150,7 +1150,7 @@ def _json_document(text: str) -> Any:
 
 
 def _verdict_table(verdicts: dict[str, dict[str, Any]]) -> str:
-    """reproduction.md's verdicts: one row per card, as `python -m harness.cards reproduce` judged it."""
+    """reproduction.md's verdicts: one row per card, as `python -m harness.report reproduce` judged it."""
     rows = ["| card | verdict | time here / report | report's kernels | kernels here | built in | class | reason |",
             "|---|---|---|---|---|---|---|---|"]
     for card, v in verdicts.items():
@@ -1160,7 +1160,7 @@ def _verdict_table(verdicts: dict[str, dict[str, Any]]) -> str:
         rows.append(f"| `{card}` | {v.get('verdict')} | {ratio} | {', '.join(v.get('families_report') or []) or '-'} | "
                     f"{', '.join(v.get('families_here') or []) or '-'} | {v.get('dtype_here') or '-'} | {klass} | "
                     f"{v.get('reason') or ''} |")
-    return "### Verdicts (`python -m harness.cards reproduce <run>/baseline.json`)\n\n" + "\n".join(rows) + "\n"
+    return "### Verdicts (`python -m harness.report reproduce <run>/baseline.json`)\n\n" + "\n".join(rows) + "\n"
 
 
 def step_reproduction_ncu(check: Check, step: Step, timeout: float) -> Outcome:
@@ -1178,7 +1178,7 @@ def step_reproduction_ncu(check: Check, step: Step, timeout: float) -> Outcome:
                                 overrides, "reproduction")
     _ok_or_fail(proc, "experiment=reprofile (reproduction_ncu)")
     measured, numbers = _reprofile_headline(run_dir)
-    verdict_run = check.run([check.python, "-m", "harness.cards", "reproduce", str(run_dir / "baseline.json"),
+    verdict_run = check.run([check.python, "-m", "harness.report", "reproduce", str(run_dir / "baseline.json"),
                              "--json"], max(5.0, end - time.monotonic()), log=check.work / "logs" / f"{step.name}.log")
     found = _json_document(verdict_run.output)
     verdicts = {str(v.get("card")): v for v in (found or {}).get("cards") or [] if isinstance(v, dict)}
@@ -1190,7 +1190,7 @@ def step_reproduction_ncu(check: Check, step: Step, timeout: float) -> Outcome:
     _add_reproduction(check, step.name, f"{step.name}: {len(REPRODUCTION_NCU)} cards re-profiled with {how}",
                       run_dir, _verdict_table(verdicts) if verdicts else "")
     if verdict_run.returncode != 0 or not verdicts:
-        raise StepFailed(f"{measured}; python -m harness.cards reproduce: exit {verdict_run.returncode}: "
+        raise StepFailed(f"{measured}; python -m harness.report reproduce: exit {verdict_run.returncode}: "
                          f"{_error_line(verdict_run.output)}", numbers=numbers)
     counts: dict[str, int] = {}
     for verdict in verdicts.values():
@@ -1554,7 +1554,7 @@ STEPS = [
     Step("ncu_preflight", Work(other_s=6, other="ncu on one tiny kernel (2.3 s), the rest of `ncu --query-metrics`"),
          0, ("cuda", "ncu"), step_ncu_preflight, "tiny kernel under ncu, metric list"),
     Step("reproduction_ncu", Work(starts=1, ncu_trials=len(REPRODUCTION_NCU), other_s=2,
-                                  other="python -m harness.cards reproduce"),
+                                  other="python -m harness.report reproduce"),
          50, ("cuda", "ncu", "harness"), step_reproduction_ncu,
          "one card per op kind and the report's five under ncu, each with its reproduce verdict", reproduce_unmet),
     Step("wins", Work(starts=len(WINS), trace_trials=sum(1 + trials for *_, trials in WINS), confirms=len(WINS)),

@@ -168,7 +168,7 @@ def _device_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[st
 
 
 def _cards_cli(tmp_path: Path, with_reproduce: bool) -> Path:
-    """A stand-in for harness/cards/cli.py, with or without the reproduce subcommand's parser."""
+    """A stand-in for harness/report/cli.py, with or without the reproduce subcommand's parser."""
     cli = tmp_path / "cli.py"
     cli.write_text("sub.add_parser('lint')\n" + ("rep = sub.add_parser(\n    \"reproduce\", help='...')\n"
                                                  if with_reproduce else ""))
@@ -379,7 +379,7 @@ def test_plants_and_reproduction_say_why_they_cannot_run(tmp_path: Path, monkeyp
     assert "does not read HARNESS_PLANTS_DEVICE" in gc.skip_reason(check, STEPS["plants"])
     # Until the CLI has `reproduce`, reproduction_ncu is skipped with the reason, like a step whose file is missing.
     monkeypatch.setattr(gc, "CARDS_CLI", _cards_cli(tmp_path, with_reproduce=False))
-    assert "`python -m harness.cards reproduce` missing" in gc.skip_reason(check, STEPS["reproduction_ncu"])
+    assert "`python -m harness.report reproduce` missing" in gc.skip_reason(check, STEPS["reproduction_ncu"])
     monkeypatch.setattr(gc, "CARDS_CLI", _cards_cli(tmp_path, with_reproduce=True))
     assert gc.reproduce_unmet() is None
 
@@ -627,7 +627,7 @@ def test_reproduction_ncu_puts_each_cards_verdict_in_the_summary_and_the_table(t
         assert "2/2 cards measured (ncu)" in failed.value.outcome.result
         return
     outcome = step.run(check, step, 40.0)
-    assert seen == [[check.python, "-m", "harness.cards", "reproduce", str(run / "baseline.json"), "--json"]]
+    assert seen == [[check.python, "-m", "harness.report", "reproduce", str(run / "baseline.json"), "--json"]]
     assert outcome.status == "ok"
     assert outcome.numbers["verdicts"] == {"dit-480-linear-m4680n5120k5120-8f26a7": "REPRODUCED",
                                            "output-480-cast-f18982": "OTHER_KERNELS"}

@@ -9,7 +9,7 @@ transposes_removed are the experiments' own. Without a named check the before ca
 An experiment with a claim of its own registers its check beside its variants (`@register_check`, as
 TritonBench registers a metric beside a benchmark), in a module that imports nothing but harness.cards:
 the measured cards record the check's name and that module (`check_module`), so a diff of two stored
-runs (`python -m harness.cards diff`) finds the judge by importing it, without torch or the experiment.
+runs (`python -m harness.report diff`) finds the judge by importing it, without torch or the experiment.
 """
 
 from __future__ import annotations

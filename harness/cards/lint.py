@@ -15,7 +15,7 @@ A value is corrected only when exactly one reading is consistent; otherwise it i
 `unit_suspect` and left alone. Every correction is written into the card under `normalization`.
 
 Each finding code has one severity (SEVERITY), so that a reader, and a script by the exit status of
-`python -m harness.cards lint`, can tell lost data from a fixed unit from a harmless quirk:
+`python -m harness.report lint`, can tell lost data from a fixed unit from a harmless quirk:
 - error: data is lost and no cross-check brings it back; what the card says rests on part of its
   kernels. damaged_entry, merged_name, dominant_missing.
 - warning: a stored value is wrong or disagrees with the rest of the report; the normalized view

@@ -184,7 +184,7 @@ class Report:
             raise ReportError(f"{self.source}: {card_id!r} is {len(same_stem)} cards, give the full id: "
                               + ", ".join(c.id for c in same_stem))
         near = similar_ids(card_id, [c.id for c in self.cards])
-        hint = f"; most similar: {', '.join(near)}" if near else "; list them with `python -m harness.cards show`"
+        hint = f"; most similar: {', '.join(near)}" if near else "; list them with `python -m harness.report show`"
         raise ReportError(f"{self.source}: no card with id {card_id!r}{hint}")
 
     def to_dict(self) -> dict[str, Any]:

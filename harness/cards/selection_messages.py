@@ -57,7 +57,7 @@ def no_card_message(selector: Any, selected_cards: Sequence[_Selectable], op_kin
     """
     shown = f"cards={format_selector(selector)}"
     takes = f"experiment {experiment_name} applies to {_or(list(op_kinds))} cards"
-    hint = f"e.g. cards={{op_kind: {op_kinds[0]}}}" if op_kinds else "list them with `python -m harness.cards show`"
+    hint = f"e.g. cards={{op_kind: {op_kinds[0]}}}" if op_kinds else "list them with `python -m harness.report show`"
     if not selected_cards:
         notes = _unmatched_keys(selector, all_cards) if isinstance(selector, Mapping) and all_cards is not None else []
         why = f" ({'; '.join(notes)})" if notes else ""

@@ -192,7 +192,7 @@ class HarnessConfig:
     # A report path; null means the baseline report shipped inside the package.
     report: str | None = None
     # Which cards to run: null (the experiment's default selection), a list of card ids, or a filter
-    # such as {stage: vae, op: conv3d, resolution: 480x832}. `python -m harness.cards show` lists ids.
+    # such as {stage: vae, op: conv3d, resolution: 480x832}. `python -m harness.report show` lists ids.
     cards: Any = None
     # auto picks cuda when torch sees a GPU, else cpu.
     device: str = "auto"

@@ -343,7 +343,7 @@ def render_run_html(run_dir: Path) -> str:
 
 
 def render_diff_html(diff: ReportDiff, before: Report, after: Report, title: str, note: str = "") -> str:
-    """The page for `python -m harness.cards diff --html`: no study, the rest as for a run.
+    """The page for `python -m harness.report diff --html`: no study, the rest as for a run.
 
     `note` says what kind of comparison this is (harness.cards.diff_sides.comparison_note), e.g. two runs' cards."""
     views = _views(before, after, diff.as_dict(), ("before", "after"))

@@ -94,7 +94,7 @@ def reproduction_of(ctx: RunContext, outcomes: list[CardOutcome]) -> list[CardRe
 def _reproduction_lines(reproduced: list[CardReproduction] | None) -> list[str]:
     if reproduced is None:
         return []
-    return [f"Reproduction of the report (`python -m harness.cards reproduce`; {REPRODUCTION_FILE}):", "",
+    return [f"Reproduction of the report (`python -m harness.report reproduce`; {REPRODUCTION_FILE}):", "",
             *[f"- {r.line()}" for r in reproduced], ""]
 
 

@@ -50,7 +50,7 @@ def test_channels_last_end_to_end(tmp_path):
     assert not (tmp_path / "worker.pid").exists()  # the worker ended with the run: no stale pid file
     assert "\r" not in proc.stderr  # no progress-bar redraws in a redirected log: plain lines instead
     # Lint finds no defect in the after-report: it is valid input for the next round.
-    lint = subprocess.run([sys.executable, "-m", "harness.cards", "lint", str(tmp_path / "best.json"), "--json"],
+    lint = subprocess.run([sys.executable, "-m", "harness.report", "lint", str(tmp_path / "best.json"), "--json"],
                           capture_output=True, text=True)
     assert json.loads(lint.stdout) == []
 

@@ -79,7 +79,7 @@ def test_a_captured_model_runs_through_the_harness_on_its_captured_inputs(tmp_pa
         captured, why = find_and_load(out / "inputs", card.input_sha256)  # hash-verified by the loader
         assert captured is not None, why
         assert card.extra["replay"]["input_source"].startswith("captured:")
-    lint = subprocess.run([sys.executable, "-m", "harness.cards", "lint", str(out / "report.json")],
+    lint = subprocess.run([sys.executable, "-m", "harness.report", "lint", str(out / "report.json")],
                           capture_output=True, text=True, cwd=ROOT)
     assert lint.returncode in (0, 1), lint.stdout + lint.stderr
     assert "capture.md" in {p.name for p in out.iterdir()} and "cards cover" in proc.stdout

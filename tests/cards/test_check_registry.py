@@ -45,7 +45,7 @@ def _planted_runs(tmp_path: Path, module: str) -> tuple[Path, Path]:
 
 
 def _diff(tmp_path: Path, before: Path, after: Path) -> subprocess.CompletedProcess:
-    script = ("import json, sys\nfrom harness.cards.cli import main\ncode = main(sys.argv[1:])\n"
+    script = ("import json, sys\nfrom harness.report.cli import main\ncode = main(sys.argv[1:])\n"
               "print('HEAVY ' + json.dumps([m for m in ('torch', 'optuna') if m in sys.modules]))\nsys.exit(code)")
     env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"}
     return subprocess.run([sys.executable, "-c", script, "diff", str(before), str(after), "--json"], cwd=tmp_path,

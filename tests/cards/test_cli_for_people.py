@@ -1,4 +1,4 @@
-"""The traps a new user hit in `python -m harness.cards` and in the app's config errors, one test each.
+"""The traps a new user hit in `python -m harness.report` and in the app's config errors, one test each.
 
 Expected numbers come from the report's JSON read here (or from the brief that reported the trap),
 not from the code under test.
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.cards.cli import main
 from harness.cards.findings import SEVERITY
 from harness.cards.lint import lint_report
 from harness.cards.model import default_report_path, parse_report
 from harness.cards.selection_messages import no_card_message
+from harness.report.cli import main
 
 PACKAGE = Path(__file__).resolve().parents[2] / "harness"
 RAW = json.loads(default_report_path().read_text(encoding="utf-8"))

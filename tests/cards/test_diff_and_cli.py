@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from harness.cards.cli import main
 from harness.cards.diff import diff_cards
 from harness.cards.kernel_families import kernel_family
 from harness.cards.lint import normalize
 from harness.cards.model import Kernel, Report, save_report
 from harness.cards.noise import paired_verdict, timing_verdict
 from harness.cards.rules import classify_card
+from harness.report.cli import main
 
 
 def test_kernel_families_survive_tile_and_dtype_changes():
@@ -128,10 +128,17 @@ def test_cli_show_and_bad_input(tmp_path, capsys):
 
 
 def test_module_entry_point_exits_2_without_traceback(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "harness.cards", "lint", str(tmp_path / "x.json")],
+    proc = subprocess.run([sys.executable, "-m", "harness.report", "lint", str(tmp_path / "x.json")],
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "no such file" in proc.stderr
+
+
+def test_the_old_command_says_where_the_report_commands_went(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "harness.cards", "show", "my report.json"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == "error: the report commands moved: python -m harness.report show 'my report.json'\n"
 
 
 def test_cli_import_ncu_makes_classified_cards(tmp_path, capsys):

@@ -42,7 +42,7 @@ def test_lint_names_the_duplicate_as_a_warning(tmp_path):
     found = [f for f in lint_report(load_report(path)).findings if f.code == "duplicate_id"]
     assert len(found) == 1 and found[0].card == f"{stored}-2" and stored in found[0].detail
     assert SEVERITY["duplicate_id"] == WARNING
-    lint = subprocess.run([sys.executable, "-m", "harness.cards", "lint", str(path)], capture_output=True,
+    lint = subprocess.run([sys.executable, "-m", "harness.report", "lint", str(path)], capture_output=True,
                           text=True, cwd=ROOT)
     assert lint.returncode == 1 and "duplicate_id" in lint.stdout, lint.stdout + lint.stderr
 

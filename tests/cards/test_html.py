@@ -13,11 +13,11 @@ from pathlib import Path
 import optuna
 import pytest
 
-from harness.cards.cli import main
 from harness.cards.diff import diff_reports
 from harness.cards.lint import normalize
 from harness.cards.model import Report, load_report, save_report
 from harness.cards.rules import classify_card
+from harness.report.cli import main
 from harness.report.html import render_diff_html, render_run_html, write_run_html
 from harness.report.roofline import device_roofs
 from harness.search import make_storage

@@ -1,5 +1,6 @@
-"""harness.cards is pure Python: a diff of two stored runs, lint or show needs no torch, Optuna,
-matplotlib or Hydra (what renders pages with them is harness.report). The hardware tables below it
+"""harness.cards is pure Python, and so is the command line over report files (harness.report.cli): a diff of
+two stored runs, lint or show needs no torch, Optuna, matplotlib or Hydra (only `diff --html`, the page,
+imports matplotlib). The hardware tables below it
 (harness.hardware: occupancy, GPU peaks, ncu metric names) are too, and neither reaches into the
 profiler's package (harness.profile)."""
 
@@ -21,7 +22,7 @@ HEAVY = ("torch", "optuna", "matplotlib", "hydra")
 def test_every_cards_module_imports_without_heavy_libraries():
     modules = [f"harness.cards.{m.name}" for m in pkgutil.iter_modules(harness.cards.__path__)
                if m.name != "__main__"]  # __main__ runs the CLI
-    assert "harness.cards.diff" in modules and "harness.cards.cli" in modules
+    assert "harness.cards.diff" in modules and "harness.cards.lint" in modules
     script = (f"import importlib, json, sys\nfor name in {modules!r}:\n    importlib.import_module(name)\n"
               f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
@@ -56,3 +57,9 @@ def test_hardware_imports_no_torch_and_nothing_of_the_harness_but_its_errors():
     assert [m for m in HEAVY if m in loaded] == []
     harness_modules = {m for m in loaded if m == "harness" or m.startswith("harness.")}
     assert {m for m in harness_modules if not m.startswith("harness.hardware")} <= {"harness", "harness.errors"}
+
+
+def test_the_report_command_line_imports_no_heavy_library_until_a_page_is_asked_for():
+    loaded = _loaded_after_importing(["harness.report", "harness.report.cli"])
+    assert [m for m in HEAVY if m in loaded] == []
+    assert "harness.report.html" not in loaded and "harness.profile.ncu.importer" not in loaded

@@ -1,4 +1,4 @@
-"""`python -m harness.cards reproduce` on the first H200 GPU check's own baselines (tests/fixtures/h200_baselines),
+"""`python -m harness.report reproduce` on the first H200 GPU check's own baselines (tests/fixtures/h200_baselines),
 and its rules on planted cards. The expected verdicts are what that run showed by its kernel names and times
 (issue 29): conv3d and cast ran the report's cuDNN/copy kernels within 5%, the float32 linears and attention ran
 fp32 cuBLAS and the memory-efficient backend in place of bf16 nvjet and FlashAttention 3."""
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.cards.cli import main
 from harness.cards.model import Card, Kernel, load_report
 from harness.cards.reproduce import Reproduction, headline, reproduce, reproduce_card
+from harness.report.cli import main
 
 H200 = Path(__file__).parents[1] / "fixtures" / "h200_baselines"
 EXPECTED = {

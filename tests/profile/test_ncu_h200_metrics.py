@@ -81,7 +81,7 @@ def test_real_h200_numbers() -> None:
 @needs_ncu_report
 @pytest.mark.parametrize("path", [CONV_REP, ATTN_REP, ATTN_CSV], ids=["conv_rep", "attention_rep", "attention_csv"])
 def test_import_ncu_cli_gives_the_reports_definitions(path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "harness.cards", "import-ncu", str(path)],
+    done = subprocess.run([sys.executable, "-m", "harness.report", "import-ncu", str(path)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     (kernel,) = [k for card in json.loads(done.stdout)["cards"] for k in card["kernels"]]

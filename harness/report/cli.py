@@ -1,4 +1,4 @@
-"""`python -m harness.cards`: lint, classify, show, diff, reproduce and import-ncu on report files.
+"""`python -m harness.report`: lint, classify, show, diff, reproduce and import-ncu on report files.
 
 REPORT may be omitted to mean the shipped baseline report. Bad input (a usage mistake too) ends with one
 `error: ...` line on stderr and exit status 2. `lint` exits by the worst severity it found: 0 for none or
@@ -303,7 +303,7 @@ def _cmd_import_ncu(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     report = classify_report(Report(cards=cards, source=str(args.file)))
-    report.scope = f"imported from {args.file} by harness.cards import-ncu"
+    report.scope = f"imported from {args.file} by harness.report import-ncu"
     if args.out:
         write_json_atomic(args.out, report.to_dict())
         print(f"wrote {args.out}: {len(report.cards)} cards; summary {report.summary}")
@@ -339,7 +339,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m harness.cards", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m harness.report", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     lint = sub.add_parser("lint", help="name every defect of a report")

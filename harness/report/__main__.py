@@ -1,0 +1,5 @@
+import sys
+
+from harness.report.cli import main
+
+sys.exit(main())
