@@ -1,4 +1,4 @@
-"""`cards lint`'s text: findings grouped per (code, field), and one closing line whose counts add up.
+"""`report lint`'s text: findings grouped per (code, field), and one closing line whose counts add up.
 
 The shipped report has about two hundred findings, most of them the same defect on many kernels
 (117 `unit_scaled`); one line per finding buries the three codes that mean lost data. Grouped, each
@@ -84,7 +84,7 @@ def closing_line(result: LintResult) -> str:
 
 
 def render(result: LintResult, verbose: bool = False) -> str:
-    """`cards lint`'s whole text output."""
+    """`report lint`'s whole text output."""
     cal = result.calibration
     references = (f"SM clock {cal.clock_mhz:.0f} MHz" if cal.clock_mhz else "no SM clock") + ", " + (
         f"DRAM {cal.dram_tb_s:.2f} TB/s" if cal.dram_tb_s else "no DRAM bandwidth")
