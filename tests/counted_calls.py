@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from harness.api.experiment import Prepared
+from harness.cards.measured import TrialLabel
 from harness.cards.model import Report
 from harness.cards.rules import RuleSet
 from harness.trial.correctness import Rule, judge_baseline
@@ -13,6 +14,8 @@ from harness.workloads import build_workload
 from harness.workloads.base import Workload
 
 CARD = "dit-480-linear-m3n5120k5120-d55d81"
+
+LABEL = TrialLabel(experiment="counted", variant="counted", role="trial")
 
 
 def small_linear() -> Workload:
@@ -37,5 +40,5 @@ def measure_counted(report: Report, workload: Workload, fn: Counted, settings: T
     standard = judge_baseline(workload.run(), workload.reference(), Rule(4, 4), workload.reduction_length)[0]
     return measure(source_card=report.card(CARD), workload=workload, prepared=Prepared(fn=fn),
                    check=lambda out: standard.judge(out, workload.reference()), profiler=None,
-                   settings=settings, rules=RuleSet.from_config(None), label={"variant": "counted"},
+                   settings=settings, rules=RuleSet.from_config(None), label=LABEL,
                    environment={})

@@ -19,6 +19,7 @@ from harness.boundary.replies import Confirmed, Judgement, Measured, SideRounds
 from harness.boundary.requests import Confirm, ConfirmPlan, Measure, Retime
 from harness.boundary.spec import AttentionSettings, CardSpec, TimingSettings
 from harness.cards.lint import lint_report
+from harness.cards.measured import TrialLabel
 from harness.cards.model import load_report
 from harness.profile.ncu_backend import trial_folder
 from harness.trial.build import build_trial_workload
@@ -39,6 +40,21 @@ def test_the_spec_survives_json_and_refuses_unknown_keys():
     line["request"]["spec"]["report"] = None
     with pytest.raises(ValueError, match="unknown keys report"):
         read_request(json.dumps(line).encode())
+
+
+def test_a_trials_label_crosses_the_pipe_typed_and_the_card_keeps_only_what_it_says():
+    card = load_report().card(CONV)
+    spec = CardSpec(card=card.to_dict(), experiment_module="experiments.vae_channels_last", device="cpu", scale=0.1)
+    label = TrialLabel(experiment="vae_channels_last", variant="channels_last_3d", params={"a": 1}, role="trial",
+                       run="/runs/x", builds_on=["vae_bf16: bf16"], trial=3)
+    again, _ = read_request(request_line(Measure(spec=spec, variant="channels_last_3d", label=label,
+                                                 card_path="t.json")))
+    assert isinstance(again, Measure) and isinstance(again.label, TrialLabel) and again.label == label
+    assert label.as_dict() == {"experiment": "vae_channels_last", "variant": "channels_last_3d", "params": {"a": 1},
+                               "role": "trial", "run": "/runs/x", "builds_on": ["vae_bf16: bf16"], "trial": 3}
+    record = label.as_dict()
+    record["params"]["a"] = 2  # the card's record is its own: writing on it leaves the label as it was
+    assert label.params == {"a": 1}
 
 
 def test_a_request_with_its_timing_and_confirm_plan_survives_json_and_keys_its_workload():

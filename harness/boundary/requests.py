@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from harness.boundary.replies import Confirmed, Described, Measured, Reply, Retimed
 from harness.boundary.spec import CardSpec, TimingSettings
+from harness.cards.measured import TrialLabel
 
 R = TypeVar("R", bound=Reply)
 
@@ -62,7 +63,7 @@ class Measure(CardRequest[Measured]):
     params: dict[str, Any] = field(default_factory=dict)
     baseline: bool = False  # the card's baseline: it sets the standard, and saves the reference, trials are held to
     card_path: str  # where the measured card is written, before the answer
-    label: dict[str, Any] = field(default_factory=dict)  # the card's `harness` record: run, role, trial ...
+    label: TrialLabel | None = None  # the card's `harness` record; None: measured outside a run (a script)
     extra: dict[str, Any] = field(default_factory=dict)  # written into the measured card's extras
 
 

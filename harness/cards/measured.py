@@ -8,7 +8,7 @@ which summary.md and report.html show as such (`experiment_evidence`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from harness.cards.model import Card
@@ -24,9 +24,34 @@ RUN_EXTRAS = frozenset({"search_timing", "report_card", "baseline_drift", "confi
 FACTS_SHOWN_ELSEWHERE = frozenset({"nominal_flops_per_call", "per_call_us", "recipe", "carries"})
 
 
+@dataclass(frozen=True, kw_only=True)
+class TrialLabel:
+    """A measured card's `harness` record: the run writes it (harness.run.card_search), the worker child stores it
+    on the card, and a diff of the stored cards reads it (which run and role each side is, the hypothesis and the
+    check that judges it)."""
+
+    experiment: str
+    variant: str
+    params: dict[str, Any] = field(default_factory=dict)
+    role: str  # "baseline" or "trial"
+    report: str | None = None  # the report the card came from; "(shipped)": the packaged one
+    run: str | None = None  # the run folder, resolved
+    hypothesis: str | None = None
+    check: str | None = None  # the check (harness.cards.checks) that judges the hypothesis
+    check_module: str | None = None  # the module that registers that check, where the experiment has its own
+    builds_on: list[str] | None = None  # round 2 on: the variants adopted before it (harness.cards.applied)
+    trial: int | None = None  # the Optuna trial's number
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as a card stores it: a key only where it has a value."""
+        record = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
+                for k, v in record.items() if v is not None}
+
+
 @dataclass(frozen=True)
 class MeasuredRecord:
-    harness: dict[str, Any]  # the label: experiment, variant, params, role, hypothesis, check
+    harness: dict[str, Any]  # the label (TrialLabel.as_dict()); {} for a card measured outside a run
     timing: dict[str, Any] | None  # harness.profile.timing.TimingResult; None: wrong output, not timed
     correctness: dict[str, Any]  # harness.trial.correctness.Correctness against the float64 reference
     memory: dict[str, Any]  # {peak_bytes, method}

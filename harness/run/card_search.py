@@ -28,6 +28,7 @@ from harness.cards.applied import (
 from harness.cards.dtype import CardDtype, DtypeError, card_dtype, declared_rules
 from harness.cards.ids import CHUNK_OP_KINDS
 from harness.cards.kernel_match import report_names
+from harness.cards.measured import TrialLabel
 from harness.cards.model import Card, Report, ReportError, load_report, save_report
 from harness.cards.noise import paired_verdict
 from harness.config.schema import ExperimentConfig, experiment_of
@@ -84,19 +85,18 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     return outcome
 
 
-def _baseline_label(ctx: RunContext, report_path: str | None, applied: list[dict[str, Any]]) -> dict[str, Any]:
+def _baseline_label(ctx: RunContext, report_path: str | None, applied: list[dict[str, Any]]) -> TrialLabel:
     """The baseline card's `harness` record (a trial's starts from it): run, role, variant, hypothesis, check."""
     experiment = ctx.experiment
-    label: dict[str, Any] = {"experiment": experiment.name, "variant": experiment.baseline_name, "params": {},
-                             "role": "baseline", "report": report_path or "(shipped)",
-                             "run": str(ctx.run_dir.resolve()), "hypothesis": experiment.hypothesis,
-                             "check": experiment.check}
-    if experiment.check_module:  # a check the experiment registered: a diff of the stored cards imports it from there
-        label["check_module"] = experiment.check_module
+    label = TrialLabel(experiment=experiment.name, variant=experiment.baseline_name, role="baseline",
+                       report=report_path or "(shipped)", run=str(ctx.run_dir.resolve()),
+                       hypothesis=experiment.hypothesis, check=experiment.check,
+                       # a check the experiment registered: a diff of the stored cards imports it from there
+                       check_module=experiment.check_module or None)
     if applied:  # round 2 and later: the baseline is the last variant adopted, as it was adopted
         last = applied[-1]
-        label.update(experiment=last["experiment"], variant=last["variant"], params=dict(last.get("params") or {}),
-                     builds_on=[label_text(a) for a in applied])
+        label = replace(label, experiment=last["experiment"], variant=last["variant"],
+                        params=dict(last.get("params") or {}), builds_on=[label_text(a) for a in applied])
     return label
 
 
@@ -148,7 +148,7 @@ def _account(ctx: RunContext, reply: _R) -> _R:
     return reply
 
 
-def _measure_baseline(ctx: RunContext, session: CardSession, card: Card, label: dict[str, Any],
+def _measure_baseline(ctx: RunContext, session: CardSession, card: Card, label: TrialLabel,
                       trials_dir: Path) -> Card:
     """The baseline measured, its card; without it nothing can be compared: a RunError (one line)."""
     try:
@@ -163,11 +163,11 @@ def _measure_baseline(ctx: RunContext, session: CardSession, card: Card, label: 
     if not reply.ok:
         if reply.status is TrialStatus.SETUP:
             raise RunError(f"card {card.id}: cannot build its workload ({reply.reason})")
-        raise RunError(f"card {card.id}: the baseline {label['variant']} failed: {reply.reason}")
+        raise RunError(f"card {card.id}: the baseline {label.variant} failed: {reply.reason}")
     return load_report(str(reply.card_path)).cards[0]
 
 
-def _search(ctx: RunContext, session: CardSession, card: Card, label: dict[str, Any], space: dict[str, Any],
+def _search(ctx: RunContext, session: CardSession, card: Card, label: TrialLabel, space: dict[str, Any],
             drift: list[dict[str, Any]]) -> tuple[optuna.Study, SearchPlan]:
     """The card's study, run to its budget: each trial measured in the worker, the baseline re-timed after
     each (its drift, into `drift`). No worker at all ends the run (RunError)."""
@@ -181,8 +181,8 @@ def _search(ctx: RunContext, session: CardSession, card: Card, label: dict[str, 
     def objective(trial: optuna.Trial) -> float:
         variant, params = suggest(trial, space)
         trial.set_user_attr("variant", variant)
-        trial_label = {**label, "experiment": experiment.name, "variant": variant, "params": params, "role": "trial",
-                       "trial": trial.number}
+        trial_label = replace(label, experiment=experiment.name, variant=variant, params=params, role="trial",
+                              trial=trial.number)
         path = trials_dir / f"trial_{trial.number:04d}_{variant}.json"
         try:
             reply = _account(ctx, session.measure(variant=variant, params=params, label=trial_label, card_path=path))
@@ -266,7 +266,7 @@ def _tally(outcome: CardOutcome, study: optuna.Study) -> None:
 
 
 def _confirm_best(ctx: RunContext, session: CardSession, outcome: CardOutcome, best: optuna.trial.FrozenTrial,
-                  label: dict[str, Any], applied: list[dict[str, Any]]) -> None:
+                  label: TrialLabel, applied: list[dict[str, Any]]) -> None:
     """The search's best in paired confirm rounds against the baseline; adopted when FASTER, and the card
     files (baseline.json, tried.json, best.json) written with the verdict."""
     trials_dir = ctx.run_dir / "trials" / outcome.card_id
@@ -287,7 +287,7 @@ def _confirm_best(ctx: RunContext, session: CardSession, outcome: CardOutcome, b
         outcome.tried.extra[APPLIED_KEY] = [*applied, applied_entry(
             experiment=ctx.experiment.name, module=ctx.experiment.module, variant=tried_variant,
             params=outcome.tried_params, facts=outcome.tried.extra.get("variant") or {},
-            workload_dtype=built_as.dtype, math=built_as.math, confirmation=outcome.confirmation, run=label["run"],
+            workload_dtype=built_as.dtype, math=built_as.math, confirmation=outcome.confirmation, run=str(ctx.run_dir.resolve()),
             precision=_judged_precision(outcome.tried))]
     save_report(Report(cards=[outcome.baseline]), trials_dir / "baseline.json")
     save_report(Report(cards=[outcome.tried]), trials_dir / "tried.json")

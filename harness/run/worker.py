@@ -67,6 +67,7 @@ from harness.boundary.outcomes import TrialStatus
 from harness.boundary.replies import Confirmed, Measured, Retimed
 from harness.boundary.requests import Confirm, ConfirmPlan, Measure, R, Request, Retime
 from harness.boundary.spec import CardSpec, TimingSettings
+from harness.cards.measured import TrialLabel
 from harness.errors import HarnessError
 
 if TYPE_CHECKING:  # annotations only: the worker child imports this package, and needs no Hydra
@@ -401,7 +402,7 @@ class CardSession:
         self.spec = spec
         self.deadline_s = deadline_s
 
-    def measure(self, *, variant: str, params: dict[str, Any], label: dict[str, Any], card_path: Path,
+    def measure(self, *, variant: str, params: dict[str, Any], label: TrialLabel, card_path: Path,
                 baseline: bool = False, extra: dict[str, Any] | None = None) -> Measured:
         return self.worker.request(Measure(spec=self.spec, variant=variant, params=params, baseline=baseline,
                                            label=label, card_path=str(card_path), extra=extra or {}),

@@ -21,7 +21,7 @@ from harness.api.experiment import Prepared
 from harness.boundary.replies import per_call
 from harness.boundary.requests import Measure
 from harness.boundary.spec import TimingSettings
-from harness.cards.measured import IDENTITY_EXTRAS, MeasuredRecord
+from harness.cards.measured import IDENTITY_EXTRAS, MeasuredRecord, TrialLabel
 from harness.cards.model import Card
 from harness.cards.rules import RuleSet, classify_card
 from harness.profile.base import Profile, Profiler, SpecProfiler
@@ -311,7 +311,7 @@ def measure(
     profiler: Profiler | None,
     settings: TimingSettings,
     rules: RuleSet,
-    label: dict[str, Any],
+    label: TrialLabel | None,
     environment: dict[str, Any],
     spec: Measure | None = None,
     checks: TrialChecks | None = None,
@@ -372,7 +372,7 @@ def _card(
     profile: Profile | None,
     workload: Workload,
     prepared: Prepared,
-    label: dict[str, Any],
+    label: TrialLabel | None,
     environment: dict[str, Any],
     memory: int,
     memory_method: str,
@@ -393,7 +393,7 @@ def _card(
         card.shape_parameters = dict(workload.original_shape)
         card.group = f"{card.stage}:{card.op}:{card.shape_parameters}"
     MeasuredRecord(
-        harness=label,
+        harness=label.as_dict() if label else {},
         timing=timing.to_dict() if timing else None,
         correctness=correctness.as_dict(),
         memory={"peak_bytes": memory, "method": memory_method},

@@ -20,6 +20,7 @@ import optuna
 import pytest
 
 from harness.boundary.replies import one_line
+from harness.cards.measured import TrialLabel
 from harness.cards.model import load_report
 from harness.run.worker import CardSession, TrialWorker, exit_reason
 from harness.search import make_storage
@@ -285,7 +286,7 @@ def test_a_new_worker_checks_against_the_saved_reference(tmp_path, peak_cache, m
                     reference_path=str(tmp_path / "reference.pt"))
     worker = TrialWorker(log_path=tmp_path / "worker.log")
     session = CardSession(worker, spec, deadline_s=120)
-    label = {"experiment": "fault_injection", "role": "trial"}
+    label = TrialLabel(experiment="fault_injection", variant="fault", role="trial")
     try:
         base = session.measure(baseline=True, variant="base", params={}, label=label,
                                card_path=tmp_path / "baseline.json")

@@ -20,6 +20,7 @@ from harness.boundary.requests import ConfirmPlan
 from harness.boundary.spec import CardSpec, CorrectnessSettings, TimingSettings
 from harness.cards.dtype import card_dtype
 from harness.cards.lint import lint_report
+from harness.cards.measured import TrialLabel
 from harness.cards.model import load_report
 from harness.cards.noise import paired_verdict
 from harness.run.worker import CardSession, TrialWorker
@@ -32,6 +33,8 @@ SCALE = 0.05  # M 58, N 256, K 13824: the report's reduction length
 DEVICE = os.environ.get("HARNESS_PLANTS_DEVICE", "cpu")
 SLACK = 2.0 if DEVICE.startswith("cuda") else 20.0
 
+BASELINE = TrialLabel(experiment="plants", variant="twice", role="baseline")
+
 
 class Plants:
     def __init__(self, session: CardSession, folder: Path):
@@ -40,7 +43,7 @@ class Plants:
     def trial(self, variant: str) -> Measured:
         self.count += 1
         return self.session.measure(variant=variant, params={},
-                                    label={"experiment": "plants", "variant": variant, "role": "trial"},
+                                    label=TrialLabel(experiment="plants", variant=variant, role="trial"),
                                     card_path=self.folder / f"trial_{self.count:02d}_{variant}.json")
 
     def card(self, result: Measured) -> dict:
@@ -60,7 +63,7 @@ def plants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plants]:
                     profiler={"name": "none"}, reference_path=str(folder / "reference.pt"))
     worker = TrialWorker(log_path=folder / "worker.log")
     session = CardSession(worker, spec, deadline_s=300)
-    base = session.measure(baseline=True, variant="twice", params={}, label={"role": "baseline"},
+    base = session.measure(baseline=True, variant="twice", params={}, label=BASELINE,
                            card_path=folder / "baseline.json")
     assert base.ok, base.reason
     try:

@@ -3,17 +3,21 @@ the harness's own k calls and timed per original call, in the measure and in the
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import experiments.dit_small_m_batching as batching
 from harness.boundary.requests import ConfirmPlan
 from harness.boundary.spec import CardSpec, CorrectnessSettings, TimingSettings
 from harness.cards.lint import lint_report
+from harness.cards.measured import TrialLabel
 from harness.cards.model import load_report
 from harness.run.worker import CardSession, TrialWorker
 from harness.trial.rounds import applied_entry
 
 CARD = "dit-480-linear-m3n5120k256-ff7b7c"  # the M=3 time-embedding linear, K=256
+
+TRIAL = TrialLabel(experiment="dit_small_m_batching", variant="batched", role="trial")
 
 
 def test_round_two_after_a_batched_adoption_is_judged_and_timed_per_original_call(tmp_path: Path):
@@ -28,11 +32,11 @@ def test_round_two_after_a_batched_adoption_is_judged_and_timed_per_original_cal
     worker = TrialWorker(log_path=tmp_path / "worker.log")
     session = CardSession(worker, spec, deadline_s=300)
     try:
-        base = session.measure(baseline=True, variant="batched", params={"k": 4}, label={"role": "baseline"},
+        base = session.measure(baseline=True, variant="batched", params={"k": 4}, label=replace(TRIAL, role="baseline"),
                                card_path=tmp_path / "baseline.json")
         assert base.ok, base.reason
         assert base.calls == 4 and base.per_call_us == base.median_us / 4
-        trial = session.measure(variant="batched", params={"k": 8}, label={"role": "trial"},
+        trial = session.measure(variant="batched", params={"k": 8}, label=TRIAL,
                                 card_path=tmp_path / "trial.json")
         assert trial.ok, trial.reason
         plan = ConfirmPlan("batched", {"k": 8}, 2, 0.02, str(tmp_path / "baseline.json"), str(trial.card_path),

@@ -25,6 +25,7 @@ from experiments import dit_small_m_batching as small_m
 from experiments.dit_gemm_tiles import kernel
 from harness.api import tiles as tile_math
 from harness.api.experiment import VariantSkipped
+from harness.cards.measured import TrialLabel
 from harness.cards.model import Card, Kernel
 from harness.cards.rules import RuleSet
 from harness.hardware.occupancy import SmLimits
@@ -204,6 +205,7 @@ from experiments import dit_gemm_tiles as tiles
 from experiments.dit_gemm_tiles import kernel
 from harness.api import tiles as tile_math
 from harness.trial.correctness import check_output
+from harness.cards.measured import TrialLabel
 
 cases = [
     (3, 256, 128, (16, 64, 32, 8, 2, 4)),    # M=3 in a 16-row tile
@@ -410,7 +412,8 @@ def test_measured_batched_card_carries_per_call_evidence(seed_report, w32):
 
     m = measure(source_card=source, workload=w32, prepared=prepared, check=check, profiler=None,
                 settings=TimingSettings(warmup=1, min_repeats=2, budget_s=0.01),
-                rules=RuleSet.from_config(None), label={"variant": "batched"}, environment={})
+                rules=RuleSet.from_config(None), environment={},
+                label=TrialLabel(experiment="dit_small_m_batching", variant="batched", role="trial"))
     assert m.correctness.feasible
     small_m.add_weight_stream(m.card, w32)
     variant = m.card.extra["variant"]
