@@ -287,8 +287,8 @@ def _confirm_best(ctx: RunContext, session: CardSession, outcome: CardOutcome, b
         outcome.tried.extra[APPLIED_KEY] = [*applied, applied_entry(
             experiment=ctx.experiment.name, module=ctx.experiment.module, variant=tried_variant,
             params=outcome.tried_params, facts=outcome.tried.extra.get("variant") or {},
-            workload_dtype=built_as.dtype, math=built_as.math, confirmation=outcome.confirmation, run=str(ctx.run_dir.resolve()),
-            precision=_judged_precision(outcome.tried))]
+            workload_dtype=built_as.dtype, math=built_as.math, confirmation=outcome.confirmation,
+            run=str(ctx.run_dir.resolve()), precision=_judged_precision(outcome.tried))]
     save_report(Report(cards=[outcome.baseline]), trials_dir / "baseline.json")
     save_report(Report(cards=[outcome.tried]), trials_dir / "tried.json")
     save_report(Report(cards=[outcome.kept]), trials_dir / "best.json")
