@@ -21,6 +21,7 @@ from harness.boundary.spec import AttentionSettings, CardSpec, TimingSettings
 from harness.cards.lint import lint_report
 from harness.cards.measured import TrialLabel
 from harness.cards.model import load_report
+from harness.cards.rules import DEFAULT_ORDER, RuleSet
 from harness.profile.ncu_backend import trial_folder
 from harness.trial.build import build_trial_workload
 from harness.trial.chunks import add_chunk_cards
@@ -31,10 +32,12 @@ CONV = "vae-480-conv3d-96to96k333t6-13c157"
 def test_the_spec_survives_json_and_refuses_unknown_keys():
     card = load_report().card(CONV)
     spec = CardSpec(card=card.to_dict(), experiment_module="experiments.vae_channels_last", device="cpu",
-                    scale=0.1, attention=AttentionSettings(heads=10), applied=[{"experiment": "x"}])
+                    scale=0.1, attention=AttentionSettings(heads=10), applied=[{"experiment": "x"}],
+                    rules=RuleSet.from_config({"order": list(reversed(DEFAULT_ORDER))}))
     trial = Measure(spec=spec, variant="channels_last_3d", params={"a": 1}, card_path="t.json")
     again, log_path = read_request(request_line(trial, "worker.log"))
     assert again == trial and again.spec.card_id == CONV and again.spec.load_card().id == CONV
+    assert again.spec.rules.order == tuple(reversed(DEFAULT_ORDER))  # the run's rules, typed on both sides
     assert isinstance(again, Measure) and not again.baseline and log_path == "worker.log"
     line = json.loads(request_line(trial))
     line["request"]["spec"]["report"] = None

@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.cards.dtype import CardDtype
 from harness.cards.model import Card, parse_report
+from harness.cards.rules import RuleSet
 
 # The correctness rule's default emulated_factor (harness.config.schema.CorrectnessConfig, and
 # harness.trial.correctness.Rule for a section without one): one step of the lowered grid at the largest element.
@@ -99,7 +100,7 @@ class CardSpec:
     correctness: CorrectnessSettings = field(default_factory=CorrectnessSettings)
     physics_slack: float | None = None  # how far below the device's floor a time may be (harness.trial.physics)
     timing: TimingSettings = field(default_factory=TimingSettings)
-    rules: dict[str, Any] | None = None  # conf/rules; None: the shipped default
+    rules: RuleSet = field(default_factory=RuleSet)  # conf/rules, as the run read and checked it
     profiler: dict[str, Any] = field(default_factory=dict)  # the resolved backend's config; name none: time only
     environment: dict[str, Any] = field(default_factory=dict)
 

@@ -132,7 +132,7 @@ def _card_spec(ctx: RunContext, card: Card, trials_dir: Path, applied: list[dict
         # harness.trial.correctness.Rule: judged in the worker
         correctness=CorrectnessSettings(**asdict(experiment_cfg.correctness)), timing=ctx.settings,
         physics_slack=slack.cuda if ctx.device.startswith("cuda") else slack.cpu,
-        rules=cfg.rules, profiler=profiler_cfg, environment=ctx.environment,
+        rules=ctx.rules, profiler=profiler_cfg, environment=ctx.environment,
     )
 
 

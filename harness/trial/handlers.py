@@ -60,7 +60,7 @@ def measure(server: Server, state: CardState, request: Measure) -> Measured:
     with torch_state.isolated(left):
         m = measure_prepared(source_card=state.card, workload=state.workload, prepared=prepared, check=check,
                              profiler=server.profiler(spec.profiler), settings=spec.timing,
-                             rules=server.rules(spec.rules), label=request.label, environment=spec.environment,
+                             rules=spec.rules, label=request.label, environment=spec.environment,
                              spec=request, checks=server.checks(state, request, prepared))
     if left:  # no later measurement runs under what it left behind: it was restored; its card says so
         m.card.extra["state_changes"] = left

@@ -58,7 +58,6 @@ class Server:
     def __init__(self) -> None:
         self.state: CardState | None = None
         self._caches: dict[str | None, Any] = {}  # harness.trial.reference_cache.ReferenceCache by folder
-        self._rules: dict[str, Any] = {}
         self._profilers: dict[str, Any] = {}
 
     def card(self, spec: CardSpec) -> tuple[CardState, float]:
@@ -135,14 +134,6 @@ class Server:
     def references_s(self) -> float:
         """The seconds this child has spent computing float64 references (read back ones cost none)."""
         return sum(cache.computing_s for cache in self._caches.values())
-
-    def rules(self, cfg: Any) -> Any:
-        from harness.cards.rules import RuleSet
-
-        key = _json_key(cfg)
-        if key not in self._rules:
-            self._rules[key] = RuleSet.from_config(cfg)
-        return self._rules[key]
 
     def profiler(self, cfg: dict[str, Any]) -> Any:
         """The run's profiler, resolved by the run (harness.profile.registry); None: time only."""
