@@ -11,3 +11,7 @@ from __future__ import annotations
 
 class HarnessError(ValueError):
     """Bad input or configuration; the message is one line saying what is wrong and what to do."""
+
+
+class CorrectnessError(HarnessError):
+    """A correctness rule or precision that cannot be used; one line saying why."""

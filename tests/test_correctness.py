@@ -28,16 +28,17 @@ import yaml
 from experiments import dit_gemm_tiles, dit_small_m_batching, vae_bf16
 from harness.api.experiment import ExperimentError, Prepared
 from harness.api.numerics import CorrectnessError, unit_roundoff
+from harness.boundary.spec import CorrectnessRule
 from harness.config.schema import CorrectnessConfig
 from harness.config.validate import ConfigError, compose_checked
-from harness.trial.correctness import Rule, Standard, check_output, coarsest, judge_baseline, output_grid
+from harness.trial.correctness import Standard, check_output, coarsest, judge_baseline, output_grid
 from harness.trial.precision import emulated_reference, observed_precisions, round_to_tf32
 from harness.trial.rounds import carry
 from harness.workloads import batch_for, build_workload, valid_prefix_attention
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "experiment"
 # what every shipped config states (test_configs_state_the_factors)
-RULE = Rule(same_factor=4, lowered_factor=4, emulated_factor=2)
+RULE = CorrectnessRule(same_factor=4, lowered_factor=4, emulated_factor=2)
 BF16 = "bfloat16"
 
 
@@ -349,11 +350,11 @@ def test_baseline_error_beyond_its_dtype_is_noted():
 
 def test_rule_and_precision_are_validated():
     with pytest.raises(CorrectnessError, match="same_factor=0"):
-        Rule(0, 4)
+        CorrectnessRule(0, 4)
     with pytest.raises(CorrectnessError, match="lowered_factor=-1"):
-        Rule(4, -1)
+        CorrectnessRule(4, -1)
     with pytest.raises(CorrectnessError, match="emulated_factor=0"):
-        Rule(4, 4, 0)
+        CorrectnessRule(4, 4, 0)
     with pytest.raises(ExperimentError, match="floating-point"):
         Prepared(lambda: torch.zeros(1), precision="uint8")
     with pytest.raises(ExperimentError, match="unknown precision"):
@@ -368,11 +369,11 @@ def test_rule_and_precision_are_validated():
 
 def test_configs_state_the_factors():
     default = {"correctness": asdict(CorrectnessConfig())}  # the shared default, harness.config.schema
-    assert Rule.from_config(default["correctness"]) == RULE
+    assert CorrectnessRule.from_config(default["correctness"]) == RULE
     for path in sorted(CONF.glob("*.yaml")):  # an experiment states its own factors or keeps the default
         section = yaml.safe_load(path.read_text(encoding="utf-8"))["experiment"] or {}  # auto: no experiment
         assert "tolerance" not in section, path.name
-        assert Rule.from_config(section.get("correctness", default["correctness"])) == RULE, path.name
+        assert CorrectnessRule.from_config(section.get("correctness", default["correctness"])) == RULE, path.name
 
 
 def test_lowered_variants_declare_their_precision(monkeypatch):
@@ -678,7 +679,7 @@ def test_the_emulated_factor_is_checked_with_the_config():
     with pytest.raises(ConfigError, match=r"experiment\.correctness\.emulated_factor=0: must be a number > 0"):
         compose_checked(["experiment.correctness.emulated_factor=0"])
     config, _ = compose_checked(["experiment=vae_bf16"])
-    assert Rule.from_config(config["experiment"]["correctness"]) == RULE
+    assert CorrectnessRule.from_config(config["experiment"]["correctness"]) == RULE
 
 
 def test_the_unit_of_max_rel_follows_its_reference_when_it_is_written_or_replaced():

@@ -11,7 +11,7 @@ import torch
 
 from harness.boundary.outcomes import TrialStatus
 from harness.boundary.requests import Measure
-from harness.boundary.spec import CardSpec, CorrectnessSettings, TimingSettings
+from harness.boundary.spec import CardSpec, CorrectnessRule, TimingSettings
 from harness.cards.lint import lint_report
 from harness.cards.model import load_report
 from harness.trial.handlers import measure, on_card
@@ -97,7 +97,7 @@ def test_a_new_worker_measuring_the_baseline_again_reuses_the_references(tmp_pat
     judged on, come from the cache; the judgement is the same."""
     references = tmp_path / "references"
     spec = CardSpec(card=card.to_dict(), experiment_module="experiments.dit_gemm_tiles", device="cpu", scale=0.05,
-                    correctness=CorrectnessSettings(4, 4),
+                    correctness=CorrectnessRule(4, 4),
                     timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.01), profiler={"name": "none"},
                     reference_path=str(tmp_path / "run1" / "reference.pt"), reference_cache=str(references))
 
@@ -129,7 +129,7 @@ def test_a_new_child_reads_the_trials_reference_from_the_folder_not_the_run_fold
     reference; a new child (after a crash) judges a trial on the folder's reference as the first child did."""
     references = tmp_path / "references"
     spec = CardSpec(card=card.to_dict(), experiment_module="experiments.dit_gemm_tiles", device="cpu", scale=0.05,
-                    correctness=CorrectnessSettings(4, 4),
+                    correctness=CorrectnessRule(4, 4),
                     timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.01), profiler={"name": "none"},
                     reference_path=str(tmp_path / "run" / "reference.pt"), reference_cache=str(references))
     trial = Measure(spec=spec, variant="dtype_layout", params={"weight_layout": "kn"},

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import torch
 
-from harness.errors import HarnessError
+from harness.errors import CorrectnessError
 from harness.workloads.base import WorkloadError, dtype_name, parse_dtype
 
 __all__ = ["TF32", "CorrectnessError", "cudnn_conv_tf32", "precision_name", "storage_dtype", "unit_roundoff"]
@@ -22,10 +22,6 @@ __all__ = ["TF32", "CorrectnessError", "cudnn_conv_tf32", "precision_name", "sto
 TF32 = "tf32"  # a math mode of float32 tensors, not a storage dtype: torch has no dtype for it
 _TF32_NAMES = (TF32, "tfloat32")
 _TF32_UNIT_ROUNDOFF = 2.0**-11  # TF32 keeps 10 fraction bits
-
-
-class CorrectnessError(HarnessError):
-    """A correctness rule or precision that cannot be used; one line saying why."""
 
 
 def unit_roundoff(dtype: torch.dtype | str) -> float:

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, is_dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from harness.cards.dtype import CardDtype
 from harness.cards.model import Card, parse_report
 from harness.cards.rules import RuleSet
+from harness.errors import CorrectnessError
 
-# The correctness rule's default emulated_factor (harness.config.schema.CorrectnessConfig, and
-# harness.trial.correctness.Rule for a section without one): one step of the lowered grid at the largest element.
-# Here because both sides of the worker boundary read it.
+# The correctness rule's default emulated_factor (harness.config.schema.CorrectnessConfig, and CorrectnessRule for
+# a section without one): one step of the lowered grid at the largest element.
 EMULATED_FACTOR = 2.0
 
 
@@ -53,13 +53,26 @@ class CastSettings:
 
 
 @dataclass(frozen=True)
-class CorrectnessSettings:
+class CorrectnessRule:
     """The correctness rule's factors (`experiment.correctness` in the config: what each means is said there,
-    harness.config.schema.CorrectnessConfig); harness.trial.correctness.Rule checks and applies them."""
+    harness.config.schema.CorrectnessConfig); harness.trial.correctness applies them. Here because the run sets
+    them on a card's spec and the worker child judges by them."""
 
     same_factor: float = 4.0
     lowered_factor: float = 4.0
     emulated_factor: float = EMULATED_FACTOR
+
+    def __post_init__(self) -> None:
+        for name in ("same_factor", "lowered_factor", "emulated_factor"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise CorrectnessError(f"experiment.correctness.{name}={value!r}: must be a number > 0")
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any]) -> CorrectnessRule:
+        """The rule of a config section (`experiment.correctness`)."""
+        return cls(float(section["same_factor"]), float(section["lowered_factor"]),
+                   float(section.get("emulated_factor", EMULATED_FACTOR)))
 
 
 @dataclass(frozen=True)
@@ -97,7 +110,7 @@ class CardSpec:
     # The card's dtype and math mode, decided by the run (harness.cards.dtype); None: the experiment's dtype.
     dtype: CardDtype | None = None
     # -- how it is judged, timed and profiled --
-    correctness: CorrectnessSettings = field(default_factory=CorrectnessSettings)
+    correctness: CorrectnessRule = field(default_factory=CorrectnessRule)
     physics_slack: float | None = None  # how far below the device's floor a time may be (harness.trial.physics)
     timing: TimingSettings = field(default_factory=TimingSettings)
     rules: RuleSet = field(default_factory=RuleSet)  # conf/rules, as the run read and checked it

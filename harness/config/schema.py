@@ -18,7 +18,7 @@ from typing import Any, Mapping, cast
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from harness.boundary.spec import AttentionSettings, CastSettings, CorrectnessSettings
+from harness.boundary.spec import AttentionSettings, CastSettings, CorrectnessRule
 
 SCHEMA_NAME = "harness_schema"
 # `experiment=auto` is not an experiment but the mode that picks them per card: its file sets `experiment: null`.
@@ -66,9 +66,9 @@ class CorrectnessConfig:
     # precision (its inputs rounded to it, summed exactly), at most emulated_factor x (u_p if its output is
     # rounded to that dtype + sqrt(K) x u_fp32); below 2, one rounding step at the largest element fails.
     # 0 or less would reject every variant, a baseline-exact one too.
-    same_factor: float = bounded(CorrectnessSettings.same_factor, low=0, low_open=True)
-    lowered_factor: float = bounded(CorrectnessSettings.lowered_factor, low=0, low_open=True)
-    emulated_factor: float = bounded(CorrectnessSettings.emulated_factor, low=0, low_open=True)
+    same_factor: float = bounded(CorrectnessRule.same_factor, low=0, low_open=True)
+    lowered_factor: float = bounded(CorrectnessRule.lowered_factor, low=0, low_open=True)
+    emulated_factor: float = bounded(CorrectnessRule.emulated_factor, low=0, low_open=True)
 
 
 @dataclass

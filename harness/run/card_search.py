@@ -16,7 +16,7 @@ import optuna
 from harness.boundary.outcomes import OUTCOMES, TrialStatus, status_of
 from harness.boundary.replies import Confirmed, Judgement, Measured, Reply, Retimed
 from harness.boundary.requests import ConfirmPlan
-from harness.boundary.spec import CardSpec, CorrectnessSettings, TimingSettings
+from harness.boundary.spec import CardSpec, CorrectnessRule, TimingSettings
 from harness.cards.applied import (
     APPLIED_KEY,
     RoundError,
@@ -129,8 +129,7 @@ def _card_spec(ctx: RunContext, card: Card, trials_dir: Path, applied: list[dict
         seed=cfg.workload.seed, inputs_dir=cfg.inputs.dir, attention=cfg.workload.attention, cast=cast_cfg,
         applied=applied, reference_path=str(trials_dir / "reference.pt"),
         reference_cache=str(reference_folder(cfg, ctx.run_dir)),
-        # harness.trial.correctness.Rule: judged in the worker
-        correctness=CorrectnessSettings(**asdict(experiment_cfg.correctness)), timing=ctx.settings,
+        correctness=CorrectnessRule(**asdict(experiment_cfg.correctness)), timing=ctx.settings,
         physics_slack=slack.cuda if ctx.device.startswith("cuda") else slack.cpu,
         rules=ctx.rules, profiler=profiler_cfg, environment=ctx.environment,
     )

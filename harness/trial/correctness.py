@@ -111,12 +111,12 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 import torch
 
-from harness.api.numerics import TF32, CorrectnessError, precision_name, storage_dtype, unit_roundoff
-from harness.boundary.spec import EMULATED_FACTOR, CorrectnessSettings
+from harness.api.numerics import TF32, precision_name, storage_dtype, unit_roundoff
+from harness.boundary.spec import CorrectnessRule
 from harness.trial.precision import Observed
 from harness.workloads.base import dtype_name
 
@@ -128,29 +128,6 @@ def coarsest(precisions: Iterable[str | None]) -> str | None:
     judged at once variants of several precisions were adopted on it."""
     names = [precision_name(p) for p in precisions if p is not None]
     return max(names, key=unit_roundoff) if names else None
-
-
-@dataclass(frozen=True)
-class Rule:
-    """The experiment's factors (conf/experiment/*.yaml `experiment.correctness`)."""
-
-    same_factor: float
-    lowered_factor: float
-    emulated_factor: float = EMULATED_FACTOR
-
-    def __post_init__(self) -> None:
-        for name in ("same_factor", "lowered_factor", "emulated_factor"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise CorrectnessError(f"experiment.correctness.{name}={value!r}: must be a number > 0")
-
-    @classmethod
-    def from_config(cls, section: Mapping[str, Any] | CorrectnessSettings) -> Rule:
-        """The rule of a config section (`experiment.correctness`) or of a card spec's settings."""
-        if isinstance(section, CorrectnessSettings):
-            return cls(section.same_factor, section.lowered_factor, section.emulated_factor)
-        return cls(float(section["same_factor"]), float(section["lowered_factor"]),
-                   float(section.get("emulated_factor", EMULATED_FACTOR)))
 
 
 @dataclass(frozen=True)
@@ -238,7 +215,7 @@ class Standard:
     """What one card's variants are held to: the rule, the original op's error in its own dtype, and the
     precision adopted on the card in earlier rounds (anchored_standard)."""
 
-    rule: Rule
+    rule: CorrectnessRule
     baseline_error: float  # e_b: the original op's max_rel (the card's op as the report ran it), every round
     dtype: torch.dtype  # what the original op delivers: its unit roundoff is the floor
     reduction_length: int
@@ -337,7 +314,7 @@ def output_grid(output: torch.Tensor, precision: str) -> torch.dtype | None:
     return lowered if torch.equal(output, output.to(lowered).to(output.dtype)) else None
 
 
-def anchored_standard(rule: Rule, original_error: float, original_dtype: torch.dtype, reduction_length: int,
+def anchored_standard(rule: CorrectnessRule, original_error: float, original_dtype: torch.dtype, reduction_length: int,
                       adopted_precision: str | None = None) -> Standard:
     """The standard of a round: from the original op's error e_orig in its dtype (never an adopted
     variant's), and the coarsest precision adopted on the card in earlier rounds (None: none lowered)."""
@@ -345,7 +322,7 @@ def anchored_standard(rule: Rule, original_error: float, original_dtype: torch.d
     return Standard(rule, float(original_error), original_dtype, int(reduction_length), adopted)
 
 
-def judge_baseline(output: torch.Tensor, reference: torch.Tensor, rule: Rule, reduction_length: int,
+def judge_baseline(output: torch.Tensor, reference: torch.Tensor, rule: CorrectnessRule, reduction_length: int,
                    adopted_precision: str | None = None) -> tuple[Standard, Correctness]:
     """The original op's own error e_b against the float64 reference, and the standard it sets for the
     round's variants and its baseline (anchored_standard).

@@ -24,7 +24,7 @@ from harness.trial.server import CardState, Server, annotate, free_memory, leave
 def measure(server: Server, state: CardState, request: Measure) -> Measured:
     """Measure the baseline or a trial, annotate its card and write it to request.card_path."""
     from harness.cards.model import Report, save_report
-    from harness.trial.correctness import Correctness, Rule, coarsest, judge_baseline
+    from harness.trial.correctness import Correctness, coarsest, judge_baseline
     from harness.trial.measure import measure as measure_prepared
     from harness.workloads.base import dtype_name
 
@@ -38,7 +38,7 @@ def measure(server: Server, state: CardState, request: Measure) -> Measured:
         original = state.as_built.run()  # the card's op as the report ran it sets every round's standard
         synchronize(state.workload.device)
         adopted = coarsest(entry.get("precision") for entry in spec.applied)
-        state.standard, judged = judge_baseline(original, reference, Rule.from_config(spec.correctness),
+        state.standard, judged = judge_baseline(original, reference, spec.correctness,
                                                 state.workload.reduction_length, adopted_precision=adopted)
         del original
         if not judged.feasible:  # no variant can be held to a malformed original op

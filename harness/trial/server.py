@@ -99,7 +99,7 @@ class Server:
         baseline was measured), and the reference from there or, where that file does not hold it, from the
         references folder (computed again only if the folder lost it).
         """
-        from harness.trial.correctness import Rule, anchored_standard
+        from harness.trial.correctness import anchored_standard
         from harness.trial.reference_cache import load_reference_file
         from harness.workloads.base import parse_dtype
 
@@ -114,7 +114,7 @@ class Server:
                 raise RuntimeError(f"no correctness reference at {path}: {why}")
             state.reference = (saved["reference"] if "reference" in saved
                                else self.reference_cache(spec).reference(state.as_built, state.as_built))
-            state.standard = anchored_standard(Rule.from_config(spec.correctness), float(saved["baseline_error"]),
+            state.standard = anchored_standard(spec.correctness, float(saved["baseline_error"]),
                                                parse_dtype(saved["baseline_dtype"]), state.workload.reduction_length,
                                                saved.get("adopted_precision"))
             state.baseline_per_call_us = saved.get("baseline_per_call_us")
@@ -179,7 +179,7 @@ class Server:
     def emulated(self, state: CardState, workload: Any, calls: int, precision: str, output_dtype: Any) -> Any:
         """The reference of `workload` (or its batch) emulating `precision`, once per card; None where the op
         has none (a chunk) or a carried round-2 workload's inputs are not what its reference reads."""
-        from harness.trial.correctness import CorrectnessError
+        from harness.errors import CorrectnessError
         from harness.trial.precision import emulated_reference
         from harness.workloads.draws import batch_for
 

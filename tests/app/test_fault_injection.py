@@ -273,7 +273,7 @@ def test_a_failing_baseline_is_one_line(tmp_path, peak_cache, kind, reason):
 def test_a_new_worker_checks_against_the_saved_reference(tmp_path, peak_cache, monkeypatch):
     """After a crash the next trial is checked against reference.pt, not a recomputed baseline."""
     from harness.boundary.outcomes import TrialStatus
-    from harness.boundary.spec import CardSpec, CorrectnessSettings, TimingSettings
+    from harness.boundary.spec import CardSpec, CorrectnessRule, TimingSettings
     from harness.cards.lint import lint_report
     from harness.cards.model import load_report as load
 
@@ -281,7 +281,7 @@ def test_a_new_worker_checks_against_the_saved_reference(tmp_path, peak_cache, m
     monkeypatch.syspath_prepend(str(REPO))
     card = lint_report(load()).normalized.card(CARD)
     spec = CardSpec(card=card.to_dict(), experiment_module="tests.app.fault_experiment", device="cpu", scale=0.05,
-                    correctness=CorrectnessSettings(4, 4),
+                    correctness=CorrectnessRule(4, 4),
                     timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.02), profiler={"name": "cpu"},
                     reference_path=str(tmp_path / "reference.pt"))
     worker = TrialWorker(log_path=tmp_path / "worker.log")

@@ -17,7 +17,7 @@ import pytest
 from harness.boundary.outcomes import TrialStatus
 from harness.boundary.replies import Measured
 from harness.boundary.requests import ConfirmPlan
-from harness.boundary.spec import CardSpec, CorrectnessSettings, TimingSettings
+from harness.boundary.spec import CardSpec, CorrectnessRule, TimingSettings
 from harness.cards.dtype import card_dtype
 from harness.cards.lint import lint_report
 from harness.cards.measured import TrialLabel
@@ -58,7 +58,7 @@ def plants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plants]:
     dtype = card_dtype(card, applied=[], override="float32", declared=[], experiment_dtype="float32")
     spec = CardSpec(card=card.to_dict(), experiment_module="tests.app.plants.plant_experiment", device=DEVICE,
                     dtype=dtype,
-                    scale=SCALE, correctness=CorrectnessSettings(4, 4, 2),
+                    scale=SCALE, correctness=CorrectnessRule(4, 4, 2),
                     physics_slack=SLACK, timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.05),
                     profiler={"name": "none"}, reference_path=str(folder / "reference.pt"))
     worker = TrialWorker(log_path=folder / "worker.log")

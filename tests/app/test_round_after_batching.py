@@ -8,7 +8,7 @@ from pathlib import Path
 
 import experiments.dit_small_m_batching as batching
 from harness.boundary.requests import ConfirmPlan
-from harness.boundary.spec import CardSpec, CorrectnessSettings, TimingSettings
+from harness.boundary.spec import CardSpec, CorrectnessRule, TimingSettings
 from harness.cards.lint import lint_report
 from harness.cards.measured import TrialLabel
 from harness.cards.model import load_report
@@ -26,7 +26,7 @@ def test_round_two_after_a_batched_adoption_is_judged_and_timed_per_original_cal
                           workload_dtype="bfloat16", confirmation={"speedup": 2.0, "ci": [1.8, 2.2]}, run="r1")
     card = lint_report(load_report()).normalized.card(CARD)
     spec = CardSpec(card=card.to_dict(), experiment_module=batching.__name__, device="cpu", scale=0.05,
-                    applied=[entry], correctness=CorrectnessSettings(4, 4),
+                    applied=[entry], correctness=CorrectnessRule(4, 4),
                     timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.02), profiler={"name": "none"},
                     physics_slack=20.0, reference_path=str(tmp_path / "reference.pt"))
     worker = TrialWorker(log_path=tmp_path / "worker.log")

@@ -10,7 +10,8 @@ import torch
 import yaml
 
 from harness.api.experiment import VariantSkipped, load_experiment
-from harness.trial.correctness import Rule, Standard, check_output, judge_baseline
+from harness.boundary.spec import CorrectnessRule
+from harness.trial.correctness import Standard, check_output, judge_baseline
 from harness.workloads import CastConfig, build_workload
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "experiment"
@@ -28,7 +29,7 @@ def _conf(name: str) -> dict:
 def _standard(experiment, w) -> tuple[Standard, torch.Tensor]:
     """What a run holds this workload's variants to: the config's factors, the baseline's own error."""
     ref = w.reference()
-    rule = Rule.from_config(_conf(experiment.name)["correctness"])
+    rule = CorrectnessRule.from_config(_conf(experiment.name)["correctness"])
     baseline = experiment.prepare(experiment.baseline_name, w, {}).fn()
     return judge_baseline(baseline, ref, rule, w.reduction_length)[0], ref
 

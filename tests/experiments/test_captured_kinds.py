@@ -19,10 +19,11 @@ import experiments.vae_bf16 as vae_bf16
 import experiments.vae_channels_last as vae_channels_last
 import experiments.vae_conv_kernels as vc
 from harness.api.experiment import VariantSkipped, load_experiment
+from harness.boundary.spec import CorrectnessRule
 from harness.cards.fields import COMPUTE_BOUND
 from harness.cards.model import Card, load_report
 from harness.run.auto import plan_auto
-from harness.trial.correctness import Rule, Standard, judge_baseline
+from harness.trial.correctness import Standard, judge_baseline
 from harness.trial.rounds import carry
 from harness.workloads import OP_KINDS, Workload, build_workload
 from tests.workloads.test_replay import GROUP_NORM
@@ -37,7 +38,8 @@ def _conv2d(shape: dict[str, Any] = SHAPE) -> Workload:
 
 def _standard(w: Workload, experiment: str) -> tuple[Standard, torch.Tensor]:
     """What a run of `experiment` holds a variant on this workload to: its config's rule, the baseline's error."""
-    rule = Rule.from_config(yaml.safe_load((CONF / f"{experiment}.yaml").read_text())["experiment"]["correctness"])
+    section = yaml.safe_load((CONF / f"{experiment}.yaml").read_text())["experiment"]["correctness"]
+    rule = CorrectnessRule.from_config(section)
     reference = w.reference()
     return judge_baseline(w.run(), reference, rule, w.reduction_length)[0], reference
 

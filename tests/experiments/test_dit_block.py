@@ -11,13 +11,14 @@ import torch
 import yaml
 
 from harness.api.experiment import VariantSkipped, load_experiment
+from harness.boundary.spec import CorrectnessRule
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, Kernel, load_report
 from harness.cards.rules import RuleSet, classify_report
 from harness.profile.cpu import CpuProfiler
 from harness.run.selection import select_cards
 from harness.trial.chunks import OTHER, add_chunk_cards, attribute, op_breakdown
-from harness.trial.correctness import Rule, judge_baseline
+from harness.trial.correctness import judge_baseline
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "experiment"
 BLOCK = load_experiment("experiments.dit_block")
@@ -113,7 +114,8 @@ def rank0(report):
     from harness.workloads import build_for_card
 
     workload = build_for_card(_chunk(report, "480"), dtype="bfloat16", scale=0.01)
-    rule = Rule.from_config(yaml.safe_load((CONF / "dit_block.yaml").read_text())["experiment"]["correctness"])
+    section = yaml.safe_load((CONF / "dit_block.yaml").read_text())["experiment"]["correctness"]
+    rule = CorrectnessRule.from_config(section)
     reference = workload.reference()
     standard, _ = judge_baseline(BLOCK.prepare("bf16_eager", workload, {}).fn(), reference, rule,
                                  workload.reduction_length)

@@ -15,17 +15,17 @@ import torch.nn.functional as F
 import experiments.dit_output_fusion as fusion
 from experiments.dit_output_fusion import chain
 from harness.api.experiment import Experiment, ExperimentError, VariantSkipped
-from harness.boundary.spec import CardSpec
+from harness.boundary.spec import CardSpec, CorrectnessRule
 from harness.cards.lint import lint_report
 from harness.cards.rules import classify_report
 from harness.run.selection import SelectionError, apply_rule
 from harness.trial.build import build_trial_workload
-from harness.trial.correctness import Rule, judge_baseline
+from harness.trial.correctness import judge_baseline
 from harness.workloads import build_workload
 from tests.triton_helpers import compile_for_hopper, interpreter_results
 
 ROOT = Path(__file__).resolve().parents[2]
-RULE = Rule(same_factor=4, lowered_factor=4)  # conf/experiment/dit_output_fusion.yaml
+RULE = CorrectnessRule(same_factor=4, lowered_factor=4)  # conf/experiment/dit_output_fusion.yaml
 PROJ_OUT_480 = "dit-480-linear-m4680n64k5120-c4ee1b"
 PROJ_OUT_704 = "dit-704-linear-m10560n64k5120-e3422b"
 OTHER_LINEAR = "dit-480-linear-m3n5120k5120-d55d81"

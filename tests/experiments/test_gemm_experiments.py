@@ -25,11 +25,12 @@ from experiments import dit_small_m_batching as small_m
 from experiments.dit_gemm_tiles import kernel
 from harness.api import tiles as tile_math
 from harness.api.experiment import VariantSkipped
+from harness.boundary.spec import CorrectnessRule
 from harness.cards.measured import TrialLabel
 from harness.cards.model import Card, Kernel
 from harness.cards.rules import RuleSet
 from harness.hardware.occupancy import SmLimits
-from harness.trial.correctness import Rule, check_output, judge_baseline
+from harness.trial.correctness import check_output, judge_baseline
 from harness.trial.measure import TimingSettings, measure
 from harness.workloads import batch_for, build_workload
 from tests.triton_helpers import compile_for_hopper, interpreter_results
@@ -287,7 +288,7 @@ def test_a_wrong_batch_is_caught(w32):
     k, m = 5, w32.shape["M"]
     prepared = small_m.batched(w32, k=k)
     reference = batch_for(w32, k).reference()
-    standard = judge_baseline(w32.run(), w32.reference(), Rule(4, 4), w32.reduction_length)[0]
+    standard = judge_baseline(w32.run(), w32.reference(), CorrectnessRule(4, 4), w32.reduction_length)[0]
     out = prepared.fn()
     assert standard.judge(out, reference).feasible
     reused = out.clone()
@@ -405,7 +406,7 @@ def test_measured_batched_card_carries_per_call_evidence(seed_report, w32):
     source = seed_report.card("dit-480-linear-m3n5120k5120-d55d81")
     prepared = small_m.batched(w32, k=5)
     ref = w32.reference()
-    standard = judge_baseline(w32.run(), ref, Rule(4, 4), w32.reduction_length)[0]
+    standard = judge_baseline(w32.run(), ref, CorrectnessRule(4, 4), w32.reduction_length)[0]
 
     def check(out):
         return standard.judge(out, batch_for(w32, prepared.calls).reference())

@@ -25,8 +25,9 @@ from experiments.vae_conv_kernels.im2col import im2col_conv3d
 from experiments.vae_conv_kernels.kernel import ConvGemm
 from harness.api.experiment import VariantSkipped
 from harness.api.tiles import HOPPER, TileConfig, executed_flops, launch_problem
+from harness.boundary.spec import CorrectnessRule
 from harness.cards.model import Card, Kernel
-from harness.trial.correctness import Rule, Standard, judge_baseline
+from harness.trial.correctness import Standard, judge_baseline
 from harness.trial.precision import observed_precisions
 from harness.workloads import batch_for, build_workload
 from tests.triton_helpers import compile_for_hopper, interpreter_results
@@ -56,7 +57,7 @@ def _workload(shape: dict[str, Any]):
 
 def _standard(w) -> tuple[Standard, torch.Tensor]:
     """What a run holds this card's variants to: the config's rule and the baseline's own error."""
-    rule = Rule.from_config(_config()["experiment"]["correctness"])
+    rule = CorrectnessRule.from_config(_config()["experiment"]["correctness"])
     reference = w.reference()
     return judge_baseline(w.run(), reference, rule, w.reduction_length)[0], reference
 

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 import yaml
 
 from harness.api.experiment import VariantSkipped, load_experiment
+from harness.boundary.spec import CorrectnessRule
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, Kernel, load_report
 from harness.cards.rules import RuleSet, classify_report
@@ -21,7 +22,7 @@ from harness.profile.base import WorkloadFacts
 from harness.profile.cpu import CpuProfiler
 from harness.run.selection import select_cards
 from harness.trial.chunks import OTHER, add_chunk_cards, attribute, op_breakdown, predicted_speedup
-from harness.trial.correctness import Rule, judge_baseline
+from harness.trial.correctness import judge_baseline
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "experiment"
 CHUNK = load_experiment("experiments.vae_decode_chunk")
@@ -136,7 +137,8 @@ def tiny():
 
 
 def test_channels_last_decodes_the_same_frames_and_says_where_the_layout_held(tiny):
-    rule = Rule.from_config(yaml.safe_load((CONF / "vae_decode_chunk.yaml").read_text())["experiment"]["correctness"])
+    section = yaml.safe_load((CONF / "vae_decode_chunk.yaml").read_text())["experiment"]["correctness"]
+    rule = CorrectnessRule.from_config(section)
     reference = tiny.reference()
     standard, _ = judge_baseline(CHUNK.prepare("ncdhw_fp32", tiny, {}).fn(), reference, rule, tiny.reduction_length)
     prepared = CHUNK.prepare("channels_last_3d", tiny, {})
