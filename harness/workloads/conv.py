@@ -48,6 +48,41 @@ def input_extent(out: int, kernel: int, stride: int, padding: int, dilation: int
     return (out - 1) * stride + dilation * (kernel - 1) + 1 - 2 * padding
 
 
+# A float64 conv on a CPU runs as im2col + GEMM, its column buffer reduction x output positions x 8 bytes: 1.6 GB
+# for the VAE's 96-channel conv3d at the default scale, mapped anew and faulted in at every call (allocations
+# that large never come back from the heap). In slabs of output rows whose buffer stays under this, one buffer's
+# memory serves every slab: the same values, 1.3-1.6x faster on a 2-core Xeon.
+REFERENCE_SLAB_BYTES = 16 * 2**20
+
+
+def reference_in_slabs(op: Callable[..., torch.Tensor], x: torch.Tensor, weight: torch.Tensor,
+                       bias: torch.Tensor | None, stride: list[int], padding: list[int], dilation: list[int],
+                       groups: int, slab_bytes: int = REFERENCE_SLAB_BYTES) -> torch.Tensor:
+    """op(x, weight, bias, ...) computed in slabs along the output's second-to-last axis (H), each slab's input
+    rows cut from `x` padded once along that axis; the whole op in one call where one slab would hold it all."""
+    axis = x.dim() - 2  # H
+    spatial = axis - 2
+    kernel = weight.shape[axis]
+    rows_out = output_extent(x.shape[axis], kernel, stride[spatial], padding[spatial], dilation[spatial])
+    other = math.prod(output_extent(x.shape[2 + i], weight.shape[2 + i], stride[i], padding[i], dilation[i])
+                      for i in range(x.dim() - 2) if i != spatial)
+    row_bytes = math.prod(weight.shape[1:]) * other * x.element_size()
+    rows = max(1, slab_bytes // max(1, row_bytes))
+    if rows >= rows_out:
+        return op(x, weight, bias, stride, padding, dilation, groups)
+    pad = padding[spatial]
+    padded = torch.nn.functional.pad(x, [0, 0] * (x.dim() - 1 - axis) + [pad, pad]) if pad else x
+    unpadded = [0 if i == spatial else p for i, p in enumerate(padding)]
+    reach = dilation[spatial] * (kernel - 1) + 1  # input rows one output row reads
+    slabs = []
+    for first in range(0, rows_out, rows):
+        last = min(rows_out, first + rows) - 1
+        start = first * stride[spatial]
+        slab = padded.narrow(axis, start, last * stride[spatial] + reach - start)
+        slabs.append(op(slab, weight, bias, stride, unpadded, dilation, groups))
+    return torch.cat(slabs, dim=axis)
+
+
 @dataclass(frozen=True)
 class ConvKind:
     """One conv workload family: its name, spatial rank, op, memory format and how its calls batch."""
@@ -152,8 +187,10 @@ def build(kind: ConvKind, plan_: Plan, source: Source, layout: str | None) -> di
             return kind.op(frames, weight, bias, stride, padding, dilation, groups)
 
         def reference(wide: torch.dtype) -> torch.Tensor:
-            return kind.op(frames.to(wide), weight.to(wide), None if bias is None else bias.to(wide), stride,
-                           padding, dilation, groups)
+            x, w, b = frames.to(wide), weight.to(wide), None if bias is None else bias.to(wide)
+            if x.device.type != "cpu":  # cuDNN's own workspace: no column buffer to fault in
+                return kind.op(x, w, b, stride, padding, dilation, groups)
+            return reference_in_slabs(kind.op, x, w, b, stride, padding, dilation, groups)
 
         return Bound(run, reference)
 

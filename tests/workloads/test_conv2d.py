@@ -115,3 +115,26 @@ def test_a_conv2d_card_builds():
     w = build_for_card(card, scale=0.5)
     assert "bias" not in w.inputs and w.op_kind == "conv2d" and w.scale == 0.5
     assert tuple(w.run().shape) == w.output_shape
+
+
+@pytest.mark.parametrize(("op", "x", "w", "stride", "padding", "dilation", "groups"), [
+    (F.conv2d, [2, 6, 17, 15], [8, 3, 3, 2], [2, 1], [1, 0], [1, 2], 2),  # every knob off its default
+    (F.conv2d, [1, 4, 9, 11], [4, 4, 3, 3], [1, 1], [1, 1], [1, 1], 1),
+    (F.conv3d, [1, 5, 4, 13, 7], [6, 5, 3, 3, 3], [1, 1, 1], [0, 1, 1], [1, 1, 1], 1),  # the VAE's causal conv3d
+    (F.conv3d, [2, 4, 5, 16, 9], [4, 2, 2, 3, 2], [1, 3, 2], [1, 2, 0], [2, 2, 1], 2),
+])
+def test_a_reference_computed_in_slabs_of_rows_is_the_whole_ops(op, x, w, stride, padding, dilation, groups):
+    from harness.workloads.conv import reference_in_slabs
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(x, generator=gen, dtype=torch.float64)
+    weight, bias = torch.randn(w, generator=gen, dtype=torch.float64), torch.randn(w[0], generator=gen,
+                                                                                  dtype=torch.float64)
+    whole = op(x, weight, bias, stride, padding, dilation, groups)
+    row = weight[0].numel() * whole[0, 0].select(-2, 0).numel() * 8  # one output row's column buffer, in bytes
+    for rows in (1, 2, 5):  # a slab of 1, 2 and 5 output rows; one slab holding them all
+        sliced = reference_in_slabs(op, x, weight, bias, stride, padding, dilation, groups, slab_bytes=rows * row)
+        assert sliced.shape == whole.shape
+        torch.testing.assert_close(sliced, whole, rtol=1e-12, atol=1e-12)
+    assert torch.equal(reference_in_slabs(op, x, weight, None, stride, padding, dilation, groups, 1 << 40),
+                       op(x, weight, None, stride, padding, dilation, groups))
