@@ -1,8 +1,8 @@
 """Float64 references kept on disk by their inputs' hash, so each is computed once per (op, inputs).
 
 Why: a reference is the costliest set-up of a card (the Wan VAE chunk's float64 decode; 1.0-1.5 s for the
-default run's three conv3d cards on a 2-core CPU), and before this cache a resumed run, a later round and every experiment of an
-`experiment=auto` run computed the same numbers again. The folder is `references/` beside the run folder
+default run's three conv3d cards on a 2-core CPU), and before this cache a resumed run, a later round and every
+experiment of an `experiment=auto` run computed the same numbers again. The folder is `references/` beside the run folder
 (`inputs.references` sets another), so a resume (the same folder), the runs next to it and auto's
 sub-runs (beside each other inside the auto run) share it.
 
