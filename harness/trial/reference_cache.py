@@ -2,8 +2,8 @@
 
 Why: a reference is the costliest set-up of a card (the Wan VAE chunk's float64 decode; 1.0-1.5 s for the
 default run's three conv3d cards on a 2-core CPU), and before this cache a resumed run, a later round and every
-experiment of an `experiment=auto` run computed the same numbers again. The folder is `references/` beside the run folder
-(`inputs.references` sets another), so a resume (the same folder), the runs next to it and auto's
+experiment of an `experiment=auto` run computed the same numbers again. The folder is `references/` beside the
+run folder (`inputs.references` sets another), so a resume (the same folder), the runs next to it and auto's
 sub-runs (beside each other inside the auto run) share it.
 
 The key is the content the reference is computed from, never where it came from: the op (its kind, the
