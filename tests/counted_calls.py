@@ -1,4 +1,5 @@
-"""A variant whose calls are counted, measured as a trial is (harness.trial.measure.measure), on a small linear."""
+"""A variant whose calls are counted, measured as a trial is (harness.trial.measure.measure_prepared), on a
+small linear."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from harness.cards.measured import TrialLabel
 from harness.cards.model import Report
 from harness.cards.rules import RuleSet
 from harness.trial.correctness import judge_baseline
-from harness.trial.measure import Measurement, TimingSettings, measure
+from harness.trial.measure import Measurement, TimingSettings, measure_prepared
 from harness.workloads import build_workload
 from harness.workloads.base import Workload
 
@@ -39,7 +40,7 @@ class Counted:
 def measure_counted(report: Report, workload: Workload, fn: Counted, settings: TimingSettings) -> Measurement:
     """`fn` measured as a trial on the report's small-M linear card, judged against the float64 reference."""
     standard = judge_baseline(workload.run(), workload.reference(), CorrectnessRule(4, 4), workload.reduction_length)[0]
-    return measure(source_card=report.card(CARD), workload=workload, prepared=Prepared(fn=fn),
+    return measure_prepared(source_card=report.card(CARD), workload=workload, prepared=Prepared(fn=fn),
                    check=lambda out: standard.judge(out, workload.reference()), profiler=None,
                    settings=settings, rules=RuleSet.from_config(None), label=LABEL,
                    environment={})

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from harness.boundary.requests import Measure
 from harness.cards.model import Kernel
 from harness.errors import HarnessError
 
@@ -45,17 +46,8 @@ class ProfilerUnavailable(HarnessError):
 class Profiler(Protocol):
     name: str
 
-    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts) -> Profile:
-        """Run `fn` (already warmed up) under the profiler and return its kernels."""
-        ...
-
-
-class SpecProfiler(Protocol):
-    """A profiler with `needs_spec = True` (ncu): it rebuilds the trial in a child process from its Measure
-    request (harness.boundary.requests), which carries the card's spec."""
-
-    name: str
-    needs_spec: bool
-
-    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts, request: Any = None) -> Profile:
+    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts, request: Measure | None = None) -> Profile:
+        """Run `fn` (already warmed up) under the profiler and return its kernels. `request` is the trial's
+        (harness.boundary.requests: it carries the card's spec), for a backend that profiles the trial rebuilt
+        in a process of its own (ncu); a backend that profiles `fn` here does not read it."""
         ...

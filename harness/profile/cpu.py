@@ -64,6 +64,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from harness.boundary.requests import Measure
 from harness.cards.fields import SOURCE_CPU_ESTIMATE
 from harness.cards.model import Kernel, empty_metrics
 from harness.profile.base import Profile, ProfilerUnavailable, WorkloadFacts
@@ -286,7 +287,7 @@ class CpuProfiler:
             kept.append(entry)
         return kept, dropped
 
-    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts) -> Profile:
+    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts, request: Measure | None = None) -> Profile:
         """Run `fn` under torch.profiler (`calls` times, or fewer once `min_profiled_s` is spent) and return
         its work ops as kernels."""
         peaks = self._peaks or get_cpu_peaks()

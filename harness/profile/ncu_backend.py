@@ -175,7 +175,6 @@ class _Run:
 
 class NcuProfiler:
     name = "ncu"
-    needs_spec = True
 
     def __init__(self, cfg: Mapping[str, Any]):
         usable, found = ncu_usable(cfg)

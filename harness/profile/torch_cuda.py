@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from harness.boundary.requests import Measure
 from harness.cards.fields import SOURCE_TORCH_CUDA_TRACE
 from harness.cards.model import Kernel, empty_metrics
 from harness.hardware.gpu_peaks import TENSOR_CORE_KEYS, DevicePeaks, Peak
@@ -233,7 +234,7 @@ class TorchCudaProfiler:
         self.measured_peaks = measured_peaks
         self.trace_dir = Path(trace_dir) if trace_dir is not None else None
 
-    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts) -> Profile:
+    def profile(self, fn: Callable[[], Any], facts: WorkloadFacts, request: Measure | None = None) -> Profile:
         """Run `fn` (already warmed up) once under torch.profiler and return its kernels."""
         ensure_cuda()
         trace_path, trace = self._record(fn, record_shapes=facts.per_shape)

@@ -25,7 +25,7 @@ def measure(server: Server, state: CardState, request: Measure) -> Measured:
     """Measure the baseline or a trial, annotate its card and write it to request.card_path."""
     from harness.cards.model import Report, save_report
     from harness.trial.correctness import Correctness, coarsest, judge_baseline
-    from harness.trial.measure import measure as measure_prepared
+    from harness.trial.measure import measure_prepared
     from harness.workloads.base import dtype_name
 
     spec = request.spec

@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, cast
+from typing import Any, Callable
 
 import torch
 
@@ -24,7 +24,7 @@ from harness.boundary.spec import TimingSettings
 from harness.cards.measured import IDENTITY_EXTRAS, MeasuredRecord, TrialLabel
 from harness.cards.model import Card
 from harness.cards.rules import RuleSet, classify_card
-from harness.profile.base import Profile, Profiler, SpecProfiler
+from harness.profile.base import Profile, Profiler
 from harness.profile.timing import TimingResult, time_cpu, warm_up
 from harness.trial import torch_state
 from harness.trial.checks import Output, Phase, named, output_checks
@@ -302,7 +302,7 @@ class _Inspection:
         return timing, physics, memory
 
 
-def measure(
+def measure_prepared(
     *,
     source_card: Card,
     workload: Workload,
@@ -352,10 +352,8 @@ def measure(
     profile = None
     if correctness.feasible:
         t2 = time.perf_counter()
-        if profiler is not None and getattr(profiler, "needs_spec", False):
-            profile = cast(SpecProfiler, profiler).profile(fn, workload.facts(), spec)
-        elif profiler is not None:
-            profile = profiler.profile(fn, workload.facts())
+        if profiler is not None:
+            profile = profiler.profile(fn, workload.facts(), spec)
         phases["profile_s"] = time.perf_counter() - t2
     card = _card(source_card, profile.kernels if profile else [], timing, correctness, profile, workload,
                  prepared, label, environment, memory, memory_method, rules, inspection.record())

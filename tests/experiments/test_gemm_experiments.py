@@ -31,7 +31,7 @@ from harness.cards.model import Card, Kernel
 from harness.cards.rules import RuleSet
 from harness.hardware.occupancy import SmLimits
 from harness.trial.correctness import check_output, judge_baseline
-from harness.trial.measure import TimingSettings, measure
+from harness.trial.measure import TimingSettings, measure_prepared
 from harness.workloads import batch_for, build_workload
 from tests.triton_helpers import compile_for_hopper, interpreter_results
 
@@ -402,7 +402,7 @@ def test_gpu_peaks_give_the_bound_and_the_compute_share(wbf16):
 
 
 def test_measured_batched_card_carries_per_call_evidence(seed_report, w32):
-    """Through measure(), as a trial is measured: time per call, and the hook's per-call weight bytes."""
+    """Through measure_prepared(), as a trial is measured: time per call, and the hook's per-call weight bytes."""
     source = seed_report.card("dit-480-linear-m3n5120k5120-d55d81")
     prepared = small_m.batched(w32, k=5)
     ref = w32.reference()
@@ -411,7 +411,7 @@ def test_measured_batched_card_carries_per_call_evidence(seed_report, w32):
     def check(out):
         return standard.judge(out, batch_for(w32, prepared.calls).reference())
 
-    m = measure(source_card=source, workload=w32, prepared=prepared, check=check, profiler=None,
+    m = measure_prepared(source_card=source, workload=w32, prepared=prepared, check=check, profiler=None,
                 settings=TimingSettings(warmup=1, min_repeats=2, budget_s=0.01),
                 rules=RuleSet.from_config(None), environment={},
                 label=TrialLabel(experiment="dit_small_m_batching", variant="batched", role="trial"))
