@@ -63,7 +63,9 @@ def test_an_identical_variant_is_never_faster_or_slower_and_is_not_adopted(tmp_p
     row = _row(tmp_path)
     assert row["timing_verdict"] in ("SAME", "INCONCLUSIVE") and row["adopted"] is False
     lo, hi = row["speedup_ci"]
-    assert lo <= 1.0 <= hi or row["timing_verdict"] == "SAME"
+    # A 95% interval misses the true ratio, 1, about one run in twenty (a fresh clone's run: [1.0085, ...]): it
+    # is held to lie within 2% of it, which a biased timer or pairing would not.
+    assert (lo <= 1.02 and hi >= 0.98) or row["timing_verdict"] == "SAME"
     kept = load_report(tmp_path / "best.json").cards[0]
     assert kept.extra["harness"]["role"] == "baseline"  # the card keeps its baseline
 
