@@ -46,7 +46,10 @@ def test_twice_as_fast_is_adopted_and_the_dropped_bias_never_wins(tmp_path):
     assert row["variant"] == {"experiment": "planted", "name": "once", "params": {}, "label": "once"}
     assert row["timing_verdict"] == "FASTER" and row["adopted"] is True
     lo, hi = row["speedup_ci"]
-    assert lo <= row["speedup"] <= hi and 1.05 < lo and hi < 3.0  # planted: 2x less work
+    assert lo <= row["speedup"] <= hi and 1.05 < lo
+    # Planted: 2x less work. The point estimate (a geometric mean over the rounds) is held to it; the interval's
+    # far end moves with one disturbed round on a busy machine, so it is not.
+    assert 1.4 < row["speedup"] < 2.9
     # The experiment's own check, registered beside it (my_experiments/planted_checks.py) and recorded.
     assert row["check"] == "time_halved" and row["verdict"] in ("yes", "no")
     assert row["verdict"] == ("yes" if lo >= 1.5 else "no")
@@ -77,7 +80,10 @@ def test_a_slower_variant_is_tried_shown_and_not_adopted(tmp_path):
     row = _row(tmp_path)
     assert row["timing_verdict"] == "SLOWER" and row["adopted"] is False
     lo, hi = row["speedup_ci"]
-    assert 0.4 < lo and hi < 1 / 1.05  # planted: 1.5x the work, 0.67x
+    assert lo <= row["speedup"] <= hi and hi < 1 / 1.05
+    # Planted: 1.5x the work, 0.67x. The point estimate is held to it, not the interval's far end (a CI run's
+    # one disturbed round put it at 0.37).
+    assert 0.45 < row["speedup"] < 0.85
     assert row["check"] == "time_halved" and row["verdict"] == "no"
     tried = load_report(tmp_path / "tried.json").cards[0]
     assert tried.extra["harness"]["check_module"] == "my_experiments.planted_checks"
