@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from experiments.vae_bf16 import _cpu_has_bf16_math
-from harness.api.chunks import attribute, label_text
+from harness.api.chunks import attribute
 from harness.api.experiment import Experiment, Prepared, VariantSkipped
 from harness.workloads.base import Workload, dtype_name, parse_dtype
 
@@ -143,7 +143,7 @@ def composed(w: Workload) -> Prepared:
     whole decoder through what each adopted variant carries (harness.trial.rounds): a channels_last_3d input or
     weight keeps the decoder channels_last_3d end to end, a dtype puts the decoder in it."""
     carried = [(card_id, entry, change) for card_id, entries in w.adopted.items() for entry in entries
-               for change in (entry.get("carries") or {}).values()]
+               for change in entry.carries.values()]
     if not carried:
         why = ("no op-card run given (experiment.compose_from=<best.json>)" if not w.adopted else
                f"the adopted variants on {', '.join(sorted(w.adopted))} carry no layout or dtype to compose")
@@ -154,7 +154,7 @@ def composed(w: Workload) -> Prepared:
                              "runs in one")
     channels_last = any(change.get("memory_format") == "channels_last_3d" for _, _, change in carried)
     prepared = _variant(w, parse_dtype(dtypes.pop(), "an adopted dtype") if dtypes else None, channels_last)
-    prepared.facts["composed"] = sorted({f"{card_id}: {label_text(entry)}" for card_id, entry, _ in carried})
+    prepared.facts["composed"] = sorted({f"{card_id}: {entry.label}" for card_id, entry, _ in carried})
     return prepared
 
 

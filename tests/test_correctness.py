@@ -29,6 +29,7 @@ from experiments import dit_gemm_tiles, dit_small_m_batching, vae_bf16
 from harness.api.experiment import ExperimentError, Prepared
 from harness.api.numerics import CorrectnessError, unit_roundoff
 from harness.boundary.spec import CorrectnessRule
+from harness.cards.applied import AppliedVariant
 from harness.config.schema import CorrectnessConfig
 from harness.config.validate import ConfigError, compose_checked
 from harness.trial.correctness import Standard, check_output, coarsest, judge_baseline, output_grid
@@ -551,7 +552,7 @@ def test_the_emulation_rounds_the_inputs_and_restores_them_bit_for_bit():
 
 def test_a_reference_that_does_not_read_the_given_inputs_is_refused(k13824):
     """A workload with carried inputs (round 2) holds copies; its reference reads the inputs as built."""
-    carried = carry(k13824.w, [{"carries": {"x": {"dtype": BF16}}}])
+    carried = carry(k13824.w, [AppliedVariant(experiment="e", module="m", variant="v", carries={"x": {"dtype": BF16}})])
     with pytest.raises(CorrectnessError, match=r"does not read the input\(s\) x it was given"):
         emulated_reference(carried, BF16, torch.bfloat16)
 

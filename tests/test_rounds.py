@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +14,7 @@ import experiments.vae_bf16 as vae_bf16
 import experiments.vae_channels_last as vae_channels_last
 from harness.api.experiment import ExperimentError, Prepared, load_experiment
 from harness.report.recipe import render_recipe
-from harness.trial.rounds import RoundError, applied_entry, applied_of, carry, round_baseline
+from harness.trial.rounds import AppliedVariant, RoundError, applied_entry, applied_of, carry, round_baseline
 from harness.workloads.registry import build_workload
 
 LAST = torch.channels_last_3d
@@ -25,7 +26,7 @@ def conv():
     return build_workload("conv3d", CONV, device="cpu", dtype="float32", scale=1.0, seed=0)
 
 
-def _adopted(experiment, variant: str, workload, params=None) -> dict:
+def _adopted(experiment, variant: str, workload, params=None) -> AppliedVariant:
     """The applied entry a run records for `variant` (what round 1 writes into best.json)."""
     prepared = experiment.EXPERIMENT.prepare(variant, workload, dict(params or {}))
     facts = {"carries": prepared.carries, "recipe": prepared.recipe}
@@ -36,7 +37,7 @@ def _adopted(experiment, variant: str, workload, params=None) -> dict:
 
 def test_channels_last_carries_its_layout_and_the_reference_stays_the_models(conv):
     entry = _adopted(vae_channels_last, "channels_last_3d", conv)
-    assert entry["carries"] == {"input": {"memory_format": "channels_last_3d"},
+    assert entry.carries == {"input": {"memory_format": "channels_last_3d"},
                                 "weight": {"memory_format": "channels_last_3d"}}
     carried = carry(conv, [entry])
     assert carried.inputs["input"].is_contiguous(memory_format=LAST)
@@ -72,28 +73,47 @@ def test_bf16_composes_on_channels_last_inputs(conv, monkeypatch):
 
 def test_a_dtype_carry_keeps_an_earlier_layout(conv):
     layout = _adopted(vae_channels_last, "channels_last_3d", conv)
-    dtype = {**layout, "variant": "low_precision", "carries": {"input": {"dtype": "bfloat16"}}}
+    dtype = dataclasses.replace(layout, variant="low_precision", carries={"input": {"dtype": "bfloat16"}})
     carried = carry(conv, [layout, dtype])
     assert carried.inputs["input"].dtype == torch.bfloat16 and carried.inputs["input"].is_contiguous(memory_format=LAST)
     assert carried.inputs["weight"].dtype == torch.float32
 
 
+def test_an_entry_reads_back_as_best_json_keeps_it():
+    """The 12 keys a kept card's entry has had since rounds began (experiment, module, variant, params, carries,
+    recipe, workload_dtype, math, precision, speedup, ci, run): read typed, written back the same."""
+    written = {"experiment": "vae_bf16", "module": "experiments.vae_bf16", "variant": "low_precision",
+               "params": {"dtype": "bfloat16"}, "carries": {"input": {"dtype": "bfloat16"}},
+               "recipe": "vae.decoder.to(torch.bfloat16)", "workload_dtype": "float32", "math": "tf32",
+               "precision": "bfloat16", "speedup": 1.8, "ci": [1.75, 1.85], "run": "/runs/one"}
+    [entry] = applied_of({"applied": [written]})
+    assert entry.as_dict() == written
+    assert entry.label == "vae_bf16: low_precision(dtype=bfloat16)" and entry.carries["input"]["dtype"] == "bfloat16"
+    sparse = applied_of({"applied": [{"experiment": "e", "module": "m", "variant": "v", "speedup": None}]})[0]
+    assert (sparse.params, sparse.carries, sparse.speedup, sparse.label) == ({}, {}, None, "e: v")
+
+
 def test_malformed_applied_lists_and_carries_are_one_line_errors(conv):
     with pytest.raises(RoundError, match="extra.applied must be a list"):
         applied_of({"applied": [{"variant": "x"}]})  # no module: cannot be rebuilt
+    with pytest.raises(RoundError, match="extra.applied must be a list"):
+        applied_of({"applied": {"variant": "x"}})
+    with pytest.raises(RoundError, match="unknown keys layout in the entry of v"):
+        applied_of({"applied": [{"experiment": "e", "module": "m", "variant": "v", "layout": "nhwc"}]})
     assert applied_of({}) == []
     with pytest.raises(ExperimentError, match="unknown key"):
         Prepared(lambda: None, carries={"input": {"layout": "channels_last_3d"}})
     with pytest.raises(ExperimentError, match="dtype"):
         Prepared(lambda: None, carries={"input": {"dtype": "bf17"}})
-    gone = {**_adopted(vae_channels_last, "channels_last_3d", conv), "module": "no_such_module_here"}
+    gone = dataclasses.replace(_adopted(vae_channels_last, "channels_last_3d", conv), module="no_such_module_here")
     with pytest.raises(RoundError, match="cannot be rebuilt"):
         round_baseline(conv, [gone], load_experiment)
 
 
 def test_recipe_lists_each_adopted_variant_with_its_lines(seed_report, conv, tmp_path: Path):
     card = copy.deepcopy(seed_report.card("vae-480-conv3d-96to3k333t6-04a8d9"))
-    card.extra["applied"] = [{**_adopted(vae_channels_last, "channels_last_3d", conv), "run": str(tmp_path.resolve())}]
+    adopted = dataclasses.replace(_adopted(vae_channels_last, "channels_last_3d", conv), run=str(tmp_path.resolve()))
+    card.extra["applied"] = [adopted.as_dict()]
     card.extra["environment"] = {"device_name": "cpu-a"}
     untouched = seed_report.card("vae-480-conv3d-384to384k333t4-51b31e")
     text = render_recipe([card, untouched], tmp_path)

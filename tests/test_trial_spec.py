@@ -18,6 +18,7 @@ from harness.boundary.outcomes import OUTCOMES, TrialStatus
 from harness.boundary.replies import Confirmed, Judgement, Measured, SideRounds
 from harness.boundary.requests import Confirm, ConfirmPlan, Measure, Retime
 from harness.boundary.spec import AttentionSettings, CardSpec, TimingSettings
+from harness.cards.applied import AppliedVariant
 from harness.cards.lint import lint_report
 from harness.cards.measured import TrialLabel
 from harness.cards.model import load_report
@@ -31,8 +32,9 @@ CONV = "vae-480-conv3d-96to96k333t6-13c157"
 
 def test_the_spec_survives_json_and_refuses_unknown_keys():
     card = load_report().card(CONV)
+    applied = AppliedVariant(experiment="x", module="m", variant="v", carries={"input": {"dtype": "bfloat16"}})
     spec = CardSpec(card=card.to_dict(), experiment_module="experiments.vae_channels_last", device="cpu",
-                    scale=0.1, attention=AttentionSettings(heads=10), applied=[{"experiment": "x"}],
+                    scale=0.1, attention=AttentionSettings(heads=10), applied=[applied],
                     rules=RuleSet.from_config({"order": list(reversed(DEFAULT_ORDER))}))
     trial = Measure(spec=spec, variant="channels_last_3d", params={"a": 1}, card_path="t.json")
     again, log_path = read_request(request_line(trial, "worker.log"))
@@ -97,7 +99,7 @@ def test_a_chunk_card_not_in_the_report_is_rebuilt_from_the_spec_alone(tmp_path:
     report = load_report()
     chunk = next(c for c in add_chunk_cards(lint_report(report).normalized).cards if c.op_kind == "vae_decode")
     assert chunk.id not in {c.id for c in report.cards}
-    adopted = {chunk.extra["contains"][0]: [{"experiment": "e", "module": "m", "variant": "v", "carries": {}}]}
+    adopted = {chunk.extra["contains"][0]: [AppliedVariant(experiment="e", module="m", variant="v")]}
     spec = CardSpec(card=chunk.to_dict(), experiment_module="experiments.vae_decode_chunk", device="cpu", scale=0.04,
                     adopted=adopted)
     request, _ = read_request(request_line(Retime(spec=spec, timing=TimingSettings())))
@@ -127,6 +129,6 @@ def test_a_captured_card_is_built_in_the_dtype_it_was_captured_in():
     spec = CardSpec(card=card.to_dict(), experiment_module="experiments.reprofile", device="cpu", scale=0.05)
     workload, _ = build_trial_workload(spec, spec.load_card(), reprofile)
     assert reprofile.workload_dtype == "float32" and str(workload.dtype) == "torch.float64"
-    adopted = [{"experiment": "e", "module": "m", "variant": "v", "workload_dtype": "bfloat16"}]
+    adopted = [AppliedVariant(experiment="e", module="m", variant="v", workload_dtype="bfloat16")]
     later, _ = build_trial_workload(replace(spec, applied=adopted), spec.load_card(), reprofile)
     assert str(later.dtype) == "torch.bfloat16"  # round 2 starts from round 1's inputs

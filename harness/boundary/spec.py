@@ -15,6 +15,7 @@ import json
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Mapping
 
+from harness.cards.applied import AppliedVariant
 from harness.cards.dtype import CardDtype
 from harness.cards.model import Card, parse_report
 from harness.cards.rules import RuleSet
@@ -101,9 +102,9 @@ class CardSpec:
     inputs_dir: str | None = None
     attention: AttentionSettings = field(default_factory=AttentionSettings)
     cast: CastSettings = field(default_factory=CastSettings)
-    applied: list[dict[str, Any]] = field(default_factory=list)  # what earlier rounds adopted (harness.trial.rounds)
+    applied: list[AppliedVariant] = field(default_factory=list)  # what earlier rounds adopted (harness.trial.rounds)
     # A chunk card's contained op cards' adopted variants (harness.trial.rounds.adopted_by_card), to compose.
-    adopted: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    adopted: dict[str, list[AppliedVariant]] = field(default_factory=dict)
     reference_path: str | None = None  # the card's float64 reference and standard, written with the baseline
     # Where float64 references are kept by their inputs' hash across runs (harness.trial.reference_cache).
     reference_cache: str | None = None

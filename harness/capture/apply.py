@@ -58,9 +58,8 @@ def model_change(best: Report) -> ModelChange:
             raise CaptureError(f"--apply: card {card.id}: {exc}") from None
         share = float(((card.extra.get("capture") or {}).get("share_of_forward")) or 0.0)
         for entry in applied:
-            label = f"{card.id}: {entry.get('experiment')} {entry['variant']}"
-            carries = entry.get("carries") or {}
-            kinds = {kind: value for change_of in carries.values() for kind, value in change_of.items()}
+            label = f"{card.id}: {entry.experiment} {entry.variant}"
+            kinds = {kind: value for change_of in entry.carries.values() for kind, value in change_of.items()}
             if not kinds:
                 change.not_applicable.append(f"{label} (a kernel or implementation choice of one op, not a "
                                              "property of the model's tensors)")
@@ -70,8 +69,8 @@ def model_change(best: Report) -> ModelChange:
             if "dtype" in kinds:
                 change.dtypes.add(str(kinds["dtype"]))
             change.applied.append(label)
-            if entry.get("speedup"):
-                change.predicted_terms.append((share, float(entry["speedup"])))
+            if entry.speedup:
+                change.predicted_terms.append((share, float(entry.speedup)))
     if len(change.dtypes) > 1:
         raise CaptureError(f"--apply: the adopted variants carry different dtypes "
                            f"({', '.join(sorted(change.dtypes))}); apply one of them at a time")

@@ -26,6 +26,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from harness.cards.applied import AppliedVariant
 from harness.cards.model import PRECISION_KEY
 from harness.errors import HarnessError
 
@@ -166,13 +167,13 @@ def declared_rules(report_extra: Mapping[str, Any]) -> list[Declared]:
 
 
 def decide(*, stage: str, op: str, op_kind: str, kernel_names: list[str], shape_parameters: Mapping[str, Any],
-           applied: Sequence[Mapping[str, Any]], override: str | None, declared: list[Declared],
+           applied: Sequence[AppliedVariant], override: str | None, declared: list[Declared],
            experiment_dtype: str) -> CardDtype:
     """The card's dtype and math mode from the strongest evidence (the module's docstring gives the order)."""
-    if applied and applied[0].get("workload_dtype"):
-        dtype = str(applied[0]["workload_dtype"])
-        math = str(applied[0].get("math") or _default_math(dtype, op_kind))
-        return CardDtype(dtype, APPLIED, math, f"round 1 ({applied[0].get('experiment')}) built it so")
+    if applied and applied[0].workload_dtype:
+        dtype = applied[0].workload_dtype
+        math = applied[0].math or _default_math(dtype, op_kind)
+        return CardDtype(dtype, APPLIED, math, f"round 1 ({applied[0].experiment}) built it so")
     if override:
         dtype = dtype_name(override, "workload.dtype")
         math = TF32 if override.lower() == "tf32" else _default_math(dtype, op_kind)
@@ -196,7 +197,7 @@ def decide(*, stage: str, op: str, op_kind: str, kernel_names: list[str], shape_
                      "nothing on the card says; set workload.dtype for it (with cards= for these cards)")
 
 
-def card_dtype(card: Any, *, applied: Sequence[Mapping[str, Any]], override: str | None, declared: list[Declared],
+def card_dtype(card: Any, *, applied: Sequence[AppliedVariant], override: str | None, declared: list[Declared],
                experiment_dtype: str) -> CardDtype:
     """`decide` for a harness.cards.model.Card, its dominant kernel's name first."""
     names = [k.name for k in card.kernels if k.name]

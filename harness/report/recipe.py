@@ -9,23 +9,22 @@ rounds and the paired-rounds verdict that adopted it. The file is written from t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
-from harness.cards.applied import APPLIED_KEY, label_text
+from harness.cards.applied import AppliedVariant, applied_of
 from harness.cards.model import Card
 
 
-def _interval(entry: Mapping[str, Any]) -> str:
-    speedup, ci = entry.get("speedup"), entry.get("ci")
+def _interval(entry: AppliedVariant) -> str:
+    speedup, ci = entry.speedup, entry.ci
     if not speedup:
         return "speedup not recorded"
     shown = f"{speedup:.2f}x"
     return f"{shown} (95% interval {ci[0]:.2f}x to {ci[1]:.2f}x)" if ci else shown
 
 
-def _carries(entry: Mapping[str, Any]) -> str:
-    parts = [f"{name} {', '.join(str(v) for v in change.values())}"
-             for name, change in (entry.get("carries") or {}).items()]
+def _carries(entry: AppliedVariant) -> str:
+    parts = [f"{name} {', '.join(str(v) for v in change.values())}" for name, change in entry.carries.items()]
     return "; ".join(parts)
 
 
@@ -36,16 +35,16 @@ def _where(card: Card) -> str:
     return f"measured on {device}" + (f" at workload scale {scale}" if scale is not None else "")
 
 
-def _card_section(card: Card, applied: Sequence[Mapping[str, Any]], run_dir: Path) -> list[str]:
+def _card_section(card: Card, applied: Sequence[AppliedVariant], run_dir: Path) -> list[str]:
     lines = [f"## `{card.id}`", "", f"{card.stage} {card.op}, shape {card.shape_parameters}; {_where(card)}.", ""]
     here = str(run_dir.resolve())
     for number, entry in enumerate(applied, 1):
-        when = "this run" if entry.get("run") == here else f"an earlier round ({entry.get('run')})"
-        lines.append(f"{number}. **{label_text(entry)}**: {_interval(entry)}, adopted in {when}.")
+        when = "this run" if entry.run == here else f"an earlier round ({entry.run})"
+        lines.append(f"{number}. **{entry.label}**: {_interval(entry)}, adopted in {when}.")
         carried = _carries(entry)
         if carried:
             lines.append(f"   Later rounds start from it: {carried}.")
-        recipe = (entry.get("recipe") or "").strip()
+        recipe = (entry.recipe or "").strip()
         if recipe:
             lines += ["", *[f"   > {line}" if line else "   >" for line in recipe.splitlines()]]
         lines.append("")
@@ -61,7 +60,7 @@ def render_recipe(kept: Sequence[Card], run_dir: Path) -> str:
              "they were measured: a CPU's are not a GPU's.", ""]
     unchanged: list[str] = []
     for card in kept:
-        applied = card.extra.get(APPLIED_KEY) or []
+        applied = applied_of(card.extra)
         if applied:
             lines += _card_section(card, applied, run_dir)
         else:

@@ -19,11 +19,12 @@ from harness.boundary.requests import ConfirmPlan
 from harness.boundary.spec import CardSpec, CorrectnessRule, TimingSettings
 from harness.cards.applied import (
     APPLIED_KEY,
+    AppliedVariant,
     RoundError,
     adopted_by_card,
     applied_entry,
     applied_of,
-    label_text,
+    recorded,
 )
 from harness.cards.dtype import CardDtype, DtypeError, card_dtype, declared_rules
 from harness.cards.ids import CHUNK_OP_KINDS
@@ -71,7 +72,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     if ctx.progress is not None:
         ctx.progress.start_card(card.id)
     base_card = _measure_baseline(ctx, session, card, label, trials_dir)
-    base_card.extra[APPLIED_KEY] = applied  # kept as it is when this run adopts nothing
+    base_card.extra[APPLIED_KEY] = recorded(applied)  # kept as it is when this run adopts nothing
     space, _ = drawable(experiment_of(ctx.cfg).space or {}, ctx.not_drawn)
     outcome = CardOutcome(card.id, card, base_card)
     if not space:
@@ -85,7 +86,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     return outcome
 
 
-def _baseline_label(ctx: RunContext, report_path: str | None, applied: list[dict[str, Any]]) -> TrialLabel:
+def _baseline_label(ctx: RunContext, report_path: str | None, applied: list[AppliedVariant]) -> TrialLabel:
     """The baseline card's `harness` record (a trial's starts from it): run, role, variant, hypothesis, check."""
     experiment = ctx.experiment
     label = TrialLabel(experiment=experiment.name, variant=experiment.baseline_name, role="baseline",
@@ -95,12 +96,12 @@ def _baseline_label(ctx: RunContext, report_path: str | None, applied: list[dict
                        check_module=experiment.check_module or None)
     if applied:  # round 2 and later: the baseline is the last variant adopted, as it was adopted
         last = applied[-1]
-        label = replace(label, experiment=last["experiment"], variant=last["variant"],
-                        params=dict(last.get("params") or {}), builds_on=[label_text(a) for a in applied])
+        label = replace(label, experiment=last.experiment, variant=last.variant, params=dict(last.params),
+                        builds_on=[a.label for a in applied])
     return label
 
 
-def decided_dtype(ctx: RunContext, card: Card, applied: list[dict[str, Any]]) -> CardDtype:
+def decided_dtype(ctx: RunContext, card: Card, applied: list[AppliedVariant]) -> CardDtype:
     """The card's dtype and math mode (harness.cards.dtype), from the run's report and `workload.dtype`."""
     try:
         return card_dtype(card, applied=applied, override=ctx.cfg.workload.dtype,
@@ -109,7 +110,7 @@ def decided_dtype(ctx: RunContext, card: Card, applied: list[dict[str, Any]]) ->
         raise RunError(str(exc)) from None
 
 
-def _card_spec(ctx: RunContext, card: Card, trials_dir: Path, applied: list[dict[str, Any]]) -> CardSpec:
+def _card_spec(ctx: RunContext, card: Card, trials_dir: Path, applied: list[AppliedVariant]) -> CardSpec:
     """The card's spec, carried by every request of the card (so a new child can rebuild the card)."""
     cfg, experiment_cfg = ctx.cfg, experiment_of(ctx.cfg)
     scale = cfg.workload.scale or (1.0 if ctx.device.startswith("cuda") else cfg.workload.cpu_scale)
@@ -265,7 +266,7 @@ def _tally(outcome: CardOutcome, study: optuna.Study) -> None:
 
 
 def _confirm_best(ctx: RunContext, session: CardSession, outcome: CardOutcome, best: optuna.trial.FrozenTrial,
-                  label: TrialLabel, applied: list[dict[str, Any]]) -> None:
+                  label: TrialLabel, applied: list[AppliedVariant]) -> None:
     """The search's best in paired confirm rounds against the baseline; adopted when FASTER, and the card
     files (baseline.json, tried.json, best.json) written with the verdict."""
     trials_dir = ctx.run_dir / "trials" / outcome.card_id
@@ -283,17 +284,17 @@ def _confirm_best(ctx: RunContext, session: CardSession, outcome: CardOutcome, b
     _confirmed(outcome.tried, outcome.baseline, reply, outcome.confirmation)
     if outcome.adopted:  # what the next round's baseline is built from (harness.cards.applied)
         built_as = decided_dtype(ctx, outcome.report_card, applied)
-        outcome.tried.extra[APPLIED_KEY] = [*applied, applied_entry(
+        outcome.tried.extra[APPLIED_KEY] = recorded([*applied, applied_entry(
             experiment=ctx.experiment.name, module=ctx.experiment.module, variant=tried_variant,
             params=outcome.tried_params, facts=outcome.tried.extra.get("variant") or {},
             workload_dtype=built_as.dtype, math=built_as.math, confirmation=outcome.confirmation,
-            run=str(ctx.run_dir.resolve()), precision=_judged_precision(outcome.tried))]
+            run=str(ctx.run_dir.resolve()), precision=_judged_precision(outcome.tried))])
     save_report(Report(cards=[outcome.baseline]), trials_dir / "baseline.json")
     save_report(Report(cards=[outcome.tried]), trials_dir / "tried.json")
     save_report(Report(cards=[outcome.kept]), trials_dir / "best.json")
 
 
-def _adopted_in_chunk(experiment: ExperimentConfig, card: Card) -> dict[str, list[dict[str, Any]]]:
+def _adopted_in_chunk(experiment: ExperimentConfig, card: Card) -> dict[str, list[AppliedVariant]]:
     """For a chunk card: what the runs of `experiment.compose_from` (best.json files) adopted on its op cards."""
     given = experiment.compose_from
     if not given or card.op_kind not in CHUNK_OP_KINDS:

@@ -37,7 +37,7 @@ def measure(server: Server, state: CardState, request: Measure) -> Measured:
         prepared = state.baseline
         original = state.as_built.run()  # the card's op as the report ran it sets every round's standard
         synchronize(state.workload.device)
-        adopted = coarsest(entry.get("precision") for entry in spec.applied)
+        adopted = coarsest(entry.precision for entry in spec.applied)
         state.standard, judged = judge_baseline(original, reference, spec.correctness,
                                                 state.workload.reduction_length, adopted_precision=adopted)
         del original

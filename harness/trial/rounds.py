@@ -16,16 +16,16 @@ themselves are harness.cards.applied's (torch-free: the run reads and writes the
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
-from harness.cards.applied import APPLIED_KEY, RoundError, adopted_by_card, applied_entry, applied_of, label_text
+from harness.cards.applied import APPLIED_KEY, AppliedVariant, RoundError, adopted_by_card, applied_entry, applied_of
 from harness.workloads.base import MEMORY_FORMATS, Workload, WorkloadError, parse_dtype, parse_layout
 
-__all__ = ["APPLIED_KEY", "RoundError", "adopted_by_card", "applied_entry", "applied_of", "carry", "label_text",
+__all__ = ["APPLIED_KEY", "AppliedVariant", "RoundError", "adopted_by_card", "applied_entry", "applied_of", "carry",
            "round_baseline"]
 
 
-def carry(workload: Workload, applied: Iterable[Mapping[str, Any]]) -> Workload:
+def carry(workload: Workload, applied: Iterable[AppliedVariant]) -> Workload:
     """The workload with each applied variant's carries done to its inputs, in order.
 
     The float64 reference stays the original inputs' (the workload's closure): every round is judged
@@ -34,7 +34,7 @@ def carry(workload: Workload, applied: Iterable[Mapping[str, Any]]) -> Workload:
     inputs = dict(workload.inputs)
     layout, dtype = workload.layout, workload.dtype
     for entry in applied:
-        for name, change in (entry.get("carries") or {}).items():
+        for name, change in entry.carries.items():
             if name not in inputs:
                 continue  # an input this op kind lacks (a bias-less op): nothing to carry
             tensor = inputs[name]
@@ -52,7 +52,7 @@ def carry(workload: Workload, applied: Iterable[Mapping[str, Any]]) -> Workload:
     return dataclasses.replace(workload, inputs=inputs, layout=layout, dtype=dtype)
 
 
-def round_baseline(workload: Workload, applied: Sequence[Mapping[str, Any]], load: Any) -> tuple[Any, Workload]:
+def round_baseline(workload: Workload, applied: Sequence[AppliedVariant], load: Any) -> tuple[Any, Workload]:
     """The last applied variant, prepared on the inputs the ones before it left: round 2's baseline, and
     the workload it was prepared on (the calls of a batch it takes are that workload's).
 
@@ -60,9 +60,9 @@ def round_baseline(workload: Workload, applied: Sequence[Mapping[str, Any]], loa
     """
     last = applied[-1]
     try:
-        experiment = load(str(last["module"]), expected_name=last.get("experiment"))
+        experiment = load(last.module, expected_name=last.experiment)
     except Exception as exc:  # an experiment module that moved or is not on PYTHONPATH here
-        raise RoundError(f"the applied variant {last['variant']} of {last.get('experiment')} cannot be rebuilt: "
+        raise RoundError(f"the applied variant {last.variant} of {last.experiment} cannot be rebuilt: "
                          f"{exc}") from None
     prepared_on = carry(workload, applied[:-1])
-    return experiment.prepare(str(last["variant"]), prepared_on, dict(last.get("params") or {})), prepared_on
+    return experiment.prepare(last.variant, prepared_on, dict(last.params)), prepared_on

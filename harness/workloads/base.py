@@ -45,6 +45,7 @@ from typing import Any, Callable, overload
 import torch
 
 # Re-exported for the workloads: their one place is harness.cards.ids (torch-free, the run's side reads them).
+from harness.cards.applied import AppliedVariant
 from harness.cards.ids import CHUNK_OP_KINDS, parse_resolution  # noqa: F401
 from harness.errors import HarnessError
 from harness.workloads.seeded import Spread
@@ -330,7 +331,7 @@ class Workload:
     module: torch.nn.Module | None = field(default=None, repr=False)
     # For a chunk workload: what earlier op-card runs adopted on the cards it contains, by card id
     # (harness.trial.rounds entries, `experiment.compose_from`), for a variant to compose them on the whole module.
-    adopted: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    adopted: dict[str, list[AppliedVariant]] = field(default_factory=dict)
     activations: tuple[str, ...] = ()  # the inputs that vary per call; every other input is a constant
     draw: int = 0  # which draw of the activations `inputs` holds (0: the card's own)
     _draws: Draws | None = field(default=None, repr=False)

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 
+from harness.cards.applied import AppliedVariant
 from harness.cards.dtype import (
     APPLIED,
     CAPTURED,
@@ -74,7 +75,8 @@ def test_the_order_of_evidence():
     assert (decided().dtype, decided().source, decided().math) == ("float32", KERNELS, "tf32")
     assert decided(override="bf16").source == CONFIG and decided(override="bf16").dtype == "bfloat16"
     assert decided(override="tf32").math == "tf32"
-    round1 = [{"experiment": "vae_bf16", "workload_dtype": "float16", "math": "native"}]
+    round1 = [AppliedVariant(experiment="vae_bf16", module="experiments.vae_bf16", variant="low_precision",
+                             workload_dtype="float16", math="native")]
     assert (decided(applied=round1, override="bf16").dtype, decided(applied=round1).source) == ("float16", APPLIED)
     card.shape_parameters = {**card.shape_parameters, "input_dtype": "float16"}
     assert (decided().dtype, decided().source) == ("float16", CAPTURED)

@@ -20,6 +20,7 @@ import experiments.vae_channels_last as vae_channels_last
 import experiments.vae_conv_kernels as vc
 from harness.api.experiment import VariantSkipped, load_experiment
 from harness.boundary.spec import CorrectnessRule
+from harness.cards.applied import AppliedVariant
 from harness.cards.fields import COMPUTE_BOUND
 from harness.cards.model import Card, load_report
 from harness.run.auto import plan_auto
@@ -55,7 +56,7 @@ def test_channels_last_variants_take_the_4d_format_on_a_conv2d(variant):
     assert "torch.channels_last)" in str(prepared.recipe) and "channels_last_3d" not in str(prepared.recipe)
     assert prepared.carries and all(c == {"memory_format": "channels_last"} for c in prepared.carries.values())
     # A later round rebuilds the 4-D layout on the card's own workload (harness.trial.rounds.carry).
-    carried = carry(w, [{"carries": prepared.carries}])
+    carried = carry(w, [AppliedVariant(experiment="e", module="m", variant="v", carries=prepared.carries)])
     assert all(carried.inputs[name].is_contiguous(memory_format=torch.channels_last) for name in prepared.carries)
     conv3d = build_workload("conv3d", {"input": [1, 4, 3, 8, 8], "weight": [4, 4, 1, 3, 3]})
     assert all(c == {"memory_format": "channels_last_3d"}

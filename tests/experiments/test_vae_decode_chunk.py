@@ -15,6 +15,7 @@ import yaml
 
 from harness.api.experiment import VariantSkipped, load_experiment
 from harness.boundary.spec import CorrectnessRule
+from harness.cards.applied import AppliedVariant
 from harness.cards.lint import lint_report
 from harness.cards.model import Card, Kernel, load_report
 from harness.cards.rules import RuleSet, classify_report
@@ -158,6 +159,7 @@ def test_low_precision_is_skipped_with_the_reason_on_a_cpu_without_bf16_math(tin
 
 
 def _adopted(variant: str, carries: dict) -> dict:
+    """An entry of a kept card's extra["applied"], as best.json has it."""
     return {"experiment": "vae_channels_last", "module": "experiments.vae_channels_last", "variant": variant,
             "params": {}, "carries": carries}
 
@@ -183,11 +185,12 @@ def test_composed_applies_what_the_op_card_runs_adopted(tiny, report, monkeypatc
 
     with pytest.raises(VariantSkipped, match="compose_from"):
         CHUNK.prepare("composed", tiny, {})
-    plain = {conv: [_adopted("ncdhw_tuned", {})]}
+    plain = {conv: [AppliedVariant.from_dict(_adopted("ncdhw_tuned", {}))]}
     with pytest.raises(VariantSkipped, match="carry no layout or dtype"):
         CHUNK.prepare("composed", dataclasses.replace(tiny, adopted=plain), {})
     monkeypatch.setattr("experiments.vae_decode_chunk._cpu_has_bf16_math", lambda: True)
-    lowered = {conv: [_adopted("low_precision", {"input": {"dtype": "bfloat16"}, "weight": {"dtype": "bfloat16"}})]}
+    lowered = {conv: [AppliedVariant.from_dict(
+        _adopted("low_precision", {"input": {"dtype": "bfloat16"}, "weight": {"dtype": "bfloat16"}}))]}
     assert CHUNK.prepare("composed", dataclasses.replace(tiny, adopted=lowered), {}).precision == "bfloat16"
 
 
