@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import torch
 import torch.nn.functional as F
@@ -53,14 +53,18 @@ EXPERIMENT = Experiment(
     workload_dtype="bfloat16",
 )
 
-BACKENDS = {
+# The values each parameter takes (harness.api.experiment reads them from the annotations; a test holds each table
+# to its Literal).
+SdpaBackend = Literal["flash", "cudnn", "efficient", "math"]
+BACKENDS: dict[str, SDPBackend] = {
     "flash": SDPBackend.FLASH_ATTENTION,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "math": SDPBackend.MATH,
 }
-SDPA_KEYS = ("valid_prefix", "masked_allocation")
-FLASH_ATTN_KEYS = ("valid_prefix", "cache_seqlens")
+SdpaKeys = Literal["valid_prefix", "masked_allocation"]
+FlashAttnKeys = Literal["valid_prefix", "cache_seqlens"]  # flash-attn takes no key mask
+FlashAttnVersion = Literal[2, 3]
 FLASH_ATTN_MODULES = {2: "flash_attn", 3: "flash_attn_interface"}
 
 
@@ -94,12 +98,8 @@ def sdpa_default(w: Workload) -> Callable[[], torch.Tensor]:
 
 
 @EXPERIMENT.variant
-def sdpa(w: Workload, backend: str = "flash", keys: str = "valid_prefix") -> Prepared:
+def sdpa(w: Workload, backend: SdpaBackend = "flash", keys: SdpaKeys = "valid_prefix") -> Prepared:
     """torch SDPA with one backend forced, over the valid prefix or the masked whole allocation."""
-    if backend not in BACKENDS:
-        raise VariantSkipped(f"unknown SDPA backend {backend!r}; choose {', '.join(BACKENDS)}")
-    if keys not in SDPA_KEYS:
-        raise VariantSkipped(f"SDPA keys={keys!r} is not a form SDPA takes; choose {', '.join(SDPA_KEYS)}")
     q, k, v = w.inputs["q"], w.inputs["k"], w.inputs["v"]
     s = w.shape
     valid, allocated = s["valid_keys"], s["allocated_keys"]
@@ -140,19 +140,13 @@ def _import_flash_attn(version: int) -> Any:
 
 # Drawn where FA2 or FA3 is installed; a version whose package is missing skips trial by trial.
 @EXPERIMENT.variant(needs=("cuda", needs_any_module(*FLASH_ATTN_MODULES.values())))
-def flash_attn(w: Workload, version: int = 2, keys: str = "valid_prefix") -> Prepared:
+def flash_attn(w: Workload, version: FlashAttnVersion = 2, keys: FlashAttnKeys = "valid_prefix") -> Prepared:
     """FlashAttention itself: FA2 (package flash_attn) or FA3 (flash_attn_interface, Hopper), [B, L, H, D].
 
     keys=valid_prefix passes the valid slice of the cache; keys=cache_seqlens passes the whole cache
     with its filled length (flash_attn_with_kvcache), so the kernel stops at the valid keys itself.
     flash-attn has no boolean key mask, so the masked whole allocation is SDPA's form only.
     """
-    version = int(version)
-    if version not in FLASH_ATTN_MODULES:
-        raise VariantSkipped(f"flash-attn version {version}: choose 2 or 3")
-    if keys not in FLASH_ATTN_KEYS:
-        raise VariantSkipped(f"flash-attn keys={keys!r}: flash-attn takes no key mask; "
-                             f"choose {', '.join(FLASH_ATTN_KEYS)}")
     if not w.device.startswith("cuda"):
         raise VariantSkipped(f"flash-attn {version} needs CUDA (device is {w.device})")
     if version == 3 and torch.cuda.get_device_capability(torch.device(w.device))[0] < 9:

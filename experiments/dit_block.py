@@ -34,11 +34,11 @@ import torch.nn.functional as F
 from torch.autograd.profiler import record_function
 from torch.nn.attention import sdpa_kernel
 
-from experiments.attention_backends import BACKENDS, _probe
-from experiments.dit_gemm_tiles import WEIGHT_LAYOUTS
+from experiments.attention_backends import BACKENDS, SdpaBackend, _probe
+from experiments.dit_gemm_tiles import WeightLayout
 from harness.api.chunks import attribute
-from harness.api.compiled import compile_call
-from harness.api.experiment import Experiment, Prepared, VariantSkipped, choose
+from harness.api.compiled import CompileMode, compile_call
+from harness.api.experiment import Experiment, Prepared, VariantSkipped
 from harness.workloads.base import Workload
 from harness.workloads.dit_block import ScopedLinear, shard_frame
 
@@ -94,10 +94,8 @@ def bf16_eager(w: Workload) -> Callable[[], torch.Tensor]:
 
 
 @EXPERIMENT.variant
-def sdpa_backend(w: Workload, backend: str = "flash") -> Prepared:
+def sdpa_backend(w: Workload, backend: SdpaBackend = "flash") -> Prepared:
     """Both attentions of the block with one SDPA backend forced (torch.nn.attention.sdpa_kernel)."""
-    if backend not in BACKENDS:
-        raise VariantSkipped(f"unknown SDPA backend {backend!r}; choose {', '.join(BACKENDS)}")
     which = BACKENDS[backend]
 
     def run() -> torch.Tensor:
@@ -110,9 +108,8 @@ def sdpa_backend(w: Workload, backend: str = "flash") -> Prepared:
 
 
 @EXPERIMENT.variant
-def fp32_gemms(w: Workload, weight_layout: str = "nk") -> Prepared:
+def fp32_gemms(w: Workload, weight_layout: WeightLayout = "nk") -> Prepared:
     """Every linear of the block in float32 with float32 weights, [N, K] (F.linear) or [K, N] (addmm)."""
-    choose("weight_layout", weight_layout, WEIGHT_LAYOUTS)
     module = copy.deepcopy(_module(w))
     stored = 0
     for linear in module.modules():
@@ -134,7 +131,7 @@ def _cuda_only_here(device: str) -> str | None:
 
 
 @EXPERIMENT.variant(needs=_cuda_only_here)
-def compiled(w: Workload, mode: str = "default") -> Prepared:
+def compiled(w: Workload, mode: CompileMode = "default") -> Prepared:
     """torch.compile of the whole block (Inductor: the norms, modulation and casts fused around the GEMMs)."""
     hidden, context = w.inputs["hidden_states"], w.inputs["encoder_hidden_states"]
     # Not fullgraph: a graph break in diffusers' block runs that part eagerly instead of failing the variant.

@@ -40,11 +40,11 @@ the Triton kernel does the same. On the frames' range [0, 255) that is plain tru
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import torch
 
-from harness.api.experiment import Experiment, Prepared, VariantSkipped, choose
+from harness.api.experiment import Experiment, Prepared, VariantSkipped
 from harness.api.optional import install_hint
 from harness.cards.fields import DRAM_BANDWIDTH_BOUND, LATENCY_OR_OCCUPANCY_LIMITED, UNRESOLVED
 from harness.workloads.base import Workload, parse_dtype
@@ -59,10 +59,11 @@ EXPERIMENT = Experiment(
     workload_dtype="float32",
 )
 
+CastFormat = Literal["contiguous", "channels_last_3d"]
 FORMATS = {"contiguous": torch.contiguous_format, "channels_last_3d": torch.channels_last_3d}
-OUTS = ("new", "preallocated")
-MODES = ("eager", "compiled")
-BLOCK_SIZES = (32, 64, 128, 256, 512, 1024)
+CastOut = Literal["new", "preallocated"]
+ProducerMode = Literal["eager", "compiled"]
+BlockSize = Literal[32, 64, 128, 256, 512, 1024]  # whole warps, a power of 2
 
 
 def _dst(w: Workload) -> torch.dtype:
@@ -80,10 +81,8 @@ def torch_to(w: Workload) -> Callable[[], torch.Tensor]:
 
 
 @EXPERIMENT.variant
-def torch_cast(w: Workload, memory_format: str = "contiguous", out: str = "new") -> Prepared:
+def torch_cast(w: Workload, memory_format: CastFormat = "contiguous", out: CastOut = "new") -> Prepared:
     """torch's cast with the frames in `memory_format` (converted at set-up), into a new or reused output."""
-    choose("memory_format", memory_format, FORMATS)
-    choose("out", out, OUTS)
     frames = w.inputs["frames"]
     if memory_format == "channels_last_3d" and frames.dim() != 5:
         raise VariantSkipped(f"channels_last_3d needs 5-D frames, these are {tuple(frames.shape)}")
@@ -135,11 +134,8 @@ def _triton_kernel() -> Any:
 
 
 @EXPERIMENT.variant(needs=("cuda", "triton"))
-def vectorized_kernel(w: Workload, block_size: int = 256, vector_width: int = 4) -> Prepared:
+def vectorized_kernel(w: Workload, block_size: BlockSize = 256, vector_width: int = 4) -> Prepared:
     """A Triton cast kernel: `block_size` threads per program, `vector_width` elements per thread (CUDA)."""
-    block_size, vector_width = int(block_size), int(vector_width)
-    if block_size not in BLOCK_SIZES:
-        raise VariantSkipped(f"block_size={block_size}: choose one of {BLOCK_SIZES} (whole warps, a power of 2)")
     if vector_width < 1 or vector_width & (vector_width - 1):
         raise VariantSkipped(f"vector_width={vector_width}: a power of 2 (Triton blocks are powers of 2)")
     if not w.device.startswith("cuda"):
@@ -212,9 +208,8 @@ def producer_input(frames: torch.Tensor, target: torch.Tensor, max_steps: int = 
 
 
 @EXPERIMENT.variant
-def fused_producer(w: Workload, mode: str = "compiled") -> Prepared:
+def fused_producer(w: Workload, mode: ProducerMode = "compiled") -> Prepared:
     """The postprocess chain clamp -> affine -> cast, eager (4 passes) or as one compiled kernel."""
-    choose("mode", mode, MODES)
     dst = _dst(w)
     if dst != torch.uint8:
         raise VariantSkipped(f"fused_producer models the [-1, 1] -> uint8 postprocess; the cast here is to {dst}")

@@ -10,7 +10,7 @@ torch.channels_last, and that is what it carries.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Literal
 
 import torch
 import torch.nn.functional as F
@@ -28,9 +28,11 @@ EXPERIMENT = Experiment(
     classes=(COMPUTE_BOUND, L2_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL, UNRESOLVED),
 )
 
+LowPrecision = Literal["bfloat16", "float16"]
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 # "as_given": the layout the inputs come in (contiguous, or channels_last_3d adopted in an earlier round); a
 # conv2d's channels_last_3d is its 4-D channels_last.
+LowPrecisionFormat = Literal["contiguous", "channels_last_3d", "as_given"]
 _FORMATS = {"contiguous": torch.contiguous_format, "channels_last_3d": torch.channels_last_3d,
             "as_given": torch.preserve_format}
 _PLANAR = {torch.channels_last_3d: torch.channels_last}
@@ -82,7 +84,8 @@ def low_precision_math(device: str) -> str | None:
 
 
 @EXPERIMENT.variant(needs=low_precision_math)
-def low_precision(w: Workload, dtype: str = "bfloat16", memory_format: str = "as_given") -> Prepared:
+def low_precision(w: Workload, dtype: LowPrecision = "bfloat16", memory_format: LowPrecisionFormat = "as_given"
+                  ) -> Prepared:
     """bf16 or fp16 inputs, weight and bias, in a memory format: held to that dtype's rounding."""
     layout = {} if memory_format == "as_given" else {"memory_format": memory_format}
     planar = w.op_kind == "conv2d"

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from experiments.vae_bf16 import _cpu_has_bf16_math
+from experiments.vae_bf16 import LowPrecision, _cpu_has_bf16_math
 from harness.api.chunks import attribute
 from harness.api.experiment import Experiment, Prepared, VariantSkipped
 from harness.workloads.base import Workload, dtype_name, parse_dtype
@@ -126,13 +126,13 @@ def channels_last_3d(w: Workload) -> Prepared:
 
 
 @EXPERIMENT.variant
-def low_precision(w: Workload, dtype: str = "bfloat16") -> Prepared:
+def low_precision(w: Workload, dtype: LowPrecision = "bfloat16") -> Prepared:
     """The whole decoder, its cache and the latent in bf16 or fp16, NCDHW: held to that dtype's rounding."""
     return _variant(w, _DTYPES[dtype], channels_last=False)
 
 
 @EXPERIMENT.variant
-def channels_last_low_precision(w: Workload, dtype: str = "bfloat16") -> Prepared:
+def channels_last_low_precision(w: Workload, dtype: LowPrecision = "bfloat16") -> Prepared:
     """Both: the decoder, its cache and the latent in bf16 or fp16 and channels_last_3d end to end."""
     return _variant(w, _DTYPES[dtype], channels_last=True)
 

@@ -28,14 +28,14 @@ Dtype: bf16 on every device, as the model runs it (the workload is built in bf16
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any, Callable
+from typing import Any, Callable, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 
 from experiments.dit_gemm_tiles.kernel import triton_linear
-from harness.api.compiled import compile_call, frozen_module
-from harness.api.experiment import Experiment, Prepared, VariantSkipped, choose
+from harness.api.compiled import CompileMode, compile_call, frozen_module
+from harness.api.experiment import Experiment, Prepared, VariantSkipped
 from harness.api.numerics import unit_roundoff
 from harness.api.peaks import compute_peak, sm_count
 from harness.api.tiles import TileConfig, executed_flops, tile_count, waves
@@ -55,8 +55,9 @@ EXPERIMENT = Experiment(
     workload_dtype="bfloat16",
 )
 
-BLAS_LIBRARIES = ("cublas", "cublaslt")
-WEIGHT_LAYOUTS = ("nk", "kn")  # nk: nn.Linear's [N, K] (F.linear, NT GEMM); kn: pre-transposed [K, N] (addmm, NN)
+BlasLibrary = Literal["cublas", "cublaslt"]
+BLAS_LIBRARIES: tuple[str, ...] = get_args(BlasLibrary)
+WeightLayout = Literal["nk", "kn"]  # nk: nn.Linear's [N, K] (F.linear, NT GEMM); kn: pre-transposed [K, N] (addmm, NN)
 
 def _inputs(w: Workload) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     return w.inputs["x"], w.inputs["weight"], w.inputs.get("bias")
@@ -82,9 +83,8 @@ def linear(w: Workload) -> Callable[[], torch.Tensor]:
 
 
 @EXPERIMENT.variant(needs="cuda")
-def blas_library(w: Workload, library: str = "cublaslt") -> Prepared:
+def blas_library(w: Workload, library: BlasLibrary = "cublaslt") -> Prepared:
     """The same F.linear with cuBLAS or cuBLASLt preferred for this call only."""
-    choose("library", library, BLAS_LIBRARIES)
     if not _is_cuda(w):
         raise VariantSkipped(f"needs CUDA: preferred_blas_library picks a CUDA BLAS library (device is {w.device})")
     x, weight, bias = _inputs(w)
@@ -138,7 +138,7 @@ def triton_matmul(
 
 
 @EXPERIMENT.variant
-def compiled(w: Workload, mode: str = "default") -> Prepared:
+def compiled(w: Workload, mode: CompileMode = "default") -> Prepared:
     """torch.compile of nn.Linear with the workload's weight and bias as frozen parameters."""
     x, weight, bias = _inputs(w)
     module = frozen_module(torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None,
@@ -152,13 +152,12 @@ def compiled(w: Workload, mode: str = "default") -> Prepared:
 
 
 @EXPERIMENT.variant
-def dtype_layout(w: Workload, compute_dtype: str = "float32", weight_layout: str = "nk") -> Prepared:
+def dtype_layout(w: Workload, compute_dtype: str = "float32", weight_layout: WeightLayout = "nk") -> Prepared:
     """GEMM in `compute_dtype` with weights stored in it, [N, K] (F.linear) or pre-transposed [K, N] (addmm)."""
     try:
         dtype = parse_dtype(compute_dtype, "compute_dtype")
     except ValueError as exc:
         raise VariantSkipped(str(exc)) from None
-    choose("weight_layout", weight_layout, WEIGHT_LAYOUTS)
     x, weight, bias = _inputs(w)
     out_dtype = x.dtype
     if dtype == out_dtype and weight_layout == "nk":

@@ -27,7 +27,7 @@ measured bytes side by side on the card, so that "bytes and time fall together" 
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import torch
 import torch.nn.functional as F
@@ -45,8 +45,8 @@ from experiments.dit_output_fusion.chain import (
     min_bytes,
 )
 from experiments.dit_output_fusion.kernel import fused_head
-from harness.api.compiled import compile_call
-from harness.api.experiment import Experiment, Prepared, choose
+from harness.api.compiled import CompileMode, compile_call
+from harness.api.experiment import Experiment, Prepared
 from harness.api.tiles import TileConfig, executed_flops, padded
 from harness.api.triton_support import check_launchable, first_launch
 from harness.cards.fields import DRAM_BANDWIDTH_BOUND
@@ -66,7 +66,7 @@ EXPERIMENT = Experiment(
 )
 EXPERIMENT.workload(extend_with_producer)
 
-FOLDS = ("once", "per_call")
+FoldWhen = Literal["once", "per_call"]
 COMPILED_PASSES = (Pass("Inductor: norm + modulation in one kernel (bf16 out)", 2, 2),
                    Pass("proj_out reads its input", 2, 0))
 FOLDED_PASSES = (Pass("layer_norm (bf16 in, fp32 math, bf16 out)", 2, 2),
@@ -100,7 +100,7 @@ def eager_chain(w: Workload) -> Callable[[], torch.Tensor] | Prepared:
 
 
 @EXPERIMENT.variant
-def compiled(w: Workload, mode: str = "default") -> Prepared:
+def compiled(w: Workload, mode: CompileMode = "default") -> Prepared:
     """torch.compile of the whole head (Inductor fuses norm_out and the modulation; on a GPU it may fuse
     them into proj_out's prologue): wrap norm_out, the modulation and proj_out in one compiled function."""
     run, compile_s = compile_call(chain.eager_chain, chain_inputs(w), mode, w.device, what=" of the head")
@@ -140,13 +140,12 @@ def folded_head(hidden: torch.Tensor, folded_weight: torch.Tensor, folded_bias: 
 
 
 @EXPERIMENT.variant
-def folded(w: Workload, fold_when: str = "once") -> Prepared:
+def folded(w: Workload, fold_when: FoldWhen = "once") -> Prepared:
     """Fold the modulation into proj_out: W' = W * (1 + scale), b' = b + W @ shift (exact algebra), then
     norm_out (no affine) and one GEMM with W', b'. shift/scale depend only on the timesteps, so W', b' are
     computed once per denoising step of the schedule (per chunk; reused by every chunk when the schedule
     repeats), not per call: a [F, 64, 5120] fold, 1/73 of the M=4680 activation. fold_when=per_call times
     the fold too."""
-    choose("fold_when", fold_when, FOLDS)
     hidden, shift, scale, weight, bias = chain_inputs(w)
     facts = {"fold_when": fold_when, **pass_facts(w, FOLDED_PASSES)}
     if fold_when == "per_call":

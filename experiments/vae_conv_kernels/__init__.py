@@ -40,15 +40,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
-from experiments.vae_conv_kernels.im2col import LAYOUTS, im2col_conv3d
+from experiments.vae_conv_kernels.im2col import Im2colLayout, im2col_conv3d
 from experiments.vae_conv_kernels.kernel import ConvGemm, conv_input_precision, triton_conv3d
-from harness.api.compiled import compile_call, frozen_module
-from harness.api.experiment import Experiment, Prepared, VariantSkipped, choose
+from harness.api.compiled import CompileMode, compile_call, frozen_module
+from harness.api.experiment import Experiment, Prepared, VariantSkipped
 from harness.api.numerics import cudnn_conv_tf32
 from harness.api.peaks import card_peaks, sm_count
 from harness.api.tiles import HOPPER, TileConfig, executed_flops, padded, tile_count, waves, widest_useful_block
@@ -71,6 +71,7 @@ EXPERIMENT = Experiment(
     metric_set="report+bytes",  # lts bytes for the l2_bandwidth_bound cards' own check (ncu only)
 )
 
+ConvFormat = Literal["contiguous", "channels_last_3d"]
 FORMATS = {"contiguous": torch.contiguous_format, "channels_last_3d": torch.channels_last_3d}
 
 
@@ -191,13 +192,10 @@ def fp32_ncdhw(w: Workload) -> Prepared:
 
 
 @EXPERIMENT.variant(needs="cuda")
-def cudnn_algorithm(w: Workload, benchmark: bool = True, memory_format: str = "contiguous") -> Prepared:
+def cudnn_algorithm(w: Workload, benchmark: bool = True, memory_format: ConvFormat = "contiguous") -> Prepared:
     """F.conv3d with cuDNN's algorithm benchmarked (cudnn.benchmark) or picked by its heuristics, on NCDHW or
     channels_last_3d input and weight; benchmark set per call and restored (TF32: the card's pinned math mode,
     as the baseline's)."""
-    choose("memory_format", memory_format, FORMATS)
-    if not isinstance(benchmark, bool):
-        raise VariantSkipped(f"benchmark={benchmark!r}: true or false")
     if not benchmark and memory_format == "contiguous":
         raise VariantSkipped("benchmark=false, memory_format=contiguous is the baseline itself")
     if not _is_cuda(w):
@@ -327,10 +325,9 @@ def native_cpu(w: Workload) -> Prepared:
 
 
 @EXPERIMENT.variant(needs=cpu_only)
-def im2col_gemm(w: Workload, layout: str = "ncdhw") -> Prepared:
+def im2col_gemm(w: Workload, layout: Im2colLayout = "ncdhw") -> Prepared:
     """The conv as an explicit im2col (unfold over T, H, W) and one GEMM, columns [K, To*Ho*Wo] (NCDHW output)
     or rows [M, K] (channels_last_3d output); a conv2d as a conv3d of one frame (NCHW or channels_last output)."""
-    choose("layout", layout, LAYOUTS)
     x, weight, bias = _inputs(w)
     gemm = ConvGemm.from_shape(gemm_shape(w))
     facts = {"cpu_path": f"im2col + one GEMM ({layout})", "gemm": gemm.as_dict(), "math_mode": "fp32",
@@ -346,7 +343,7 @@ def im2col_gemm(w: Workload, layout: str = "ncdhw") -> Prepared:
 
 
 @EXPERIMENT.variant
-def compiled(w: Workload, mode: str = "default") -> Prepared:
+def compiled(w: Workload, mode: CompileMode = "default") -> Prepared:
     """torch.compile of nn.Conv3d (nn.Conv2d) with the workload's weight and bias as frozen parameters."""
     x, weight, bias = _inputs(w)
     stride, padding, dilation, groups = _conv_args(w)

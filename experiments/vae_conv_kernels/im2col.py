@@ -15,13 +15,15 @@ Two layouts of that matrix, one BLAS call each:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
 
 from experiments.vae_conv_kernels.kernel import ConvGemm
 
-LAYOUTS = ("ncdhw", "ndhwc")
+Im2colLayout = Literal["ncdhw", "ndhwc"]
+LAYOUTS: tuple[str, ...] = get_args(Im2colLayout)
 
 
 def windows(x: torch.Tensor, gemm: ConvGemm) -> torch.Tensor:

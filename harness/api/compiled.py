@@ -8,14 +8,16 @@ through `compile_call`, so that they compare the same thing: what Inductor makes
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Literal, get_args
 
 import torch
 
 from harness.api.experiment import VariantSkipped
 from harness.api.optional import missing
 
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# A compiled variant annotates its mode with it: the run refuses any other before measuring (harness.api.experiment).
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 
 
 def frozen_module(module: torch.nn.Module, **tensors: torch.Tensor | None) -> torch.nn.Module:

@@ -11,7 +11,10 @@ cannot run here raises `VariantSkipped` with the reason, which the summary shows
 run on some devices or installs says so when it is registered (`@EXPERIMENT.variant(needs="cuda")`,
 `needs=("cuda", "triton")`, or `needs=` a function of the device), and the search leaves it out there
 instead of spending trials on it. An optional `annotate` hook adds the experiment's own evidence to every
-measured card (achieved TFLOP/s, bandwidth bound, warp stalls). An optional `workload` hook changes what is
+measured card (achieved TFLOP/s, bandwidth bound, warp stalls). A parameter annotated with `typing.Literal[...]`
+declares the values it takes, one annotated int, float, str or bool its type: the run refuses a space that gives
+it another in one line before measuring, and `prepare` refuses such a value (the variant itself need not check).
+An optional `workload` hook changes what is
 measured: it takes the card's workload as built and returns the one the experiment times (e.g. the card's op
 extended with its producer, so that a fusion is measured against the unfused chain), applied wherever a
 trial's workload is built (harness.trial.build.build_trial_workload).
@@ -22,13 +25,13 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import InitVar, dataclass, field
-from typing import Any, Callable, Collection, overload
+from typing import Any, Callable, Literal, get_args, get_origin, overload
 
 import torch
 
 from harness.api.numerics import CorrectnessError, unit_roundoff
 from harness.api.optional import needs_module
-from harness.boundary.replies import ExperimentError, check_space_params
+from harness.boundary.replies import ExperimentError, ParamDomain, check_space_params
 from harness.cards.applied import RoundError
 from harness.workloads.base import Workload, WorkloadError, parse_dtype, parse_layout
 
@@ -122,10 +125,25 @@ class VariantSkipped(RuntimeError):
     """This variant cannot run on this device or install; the message says why."""
 
 
-def choose(name: str, value: Any, options: Collection[Any]) -> None:
-    """A variant's parameter `name` must be one of `options`; else VariantSkipped naming them."""
-    if value not in options:
-        raise VariantSkipped(f"{name}={value!r}: choose {', '.join(map(str, options))}")
+_PLAIN_KINDS = {int: "int", float: "float", str: "str", bool: "bool"}
+
+
+def parameter_domains(fn: VariantFn) -> dict[str, ParamDomain]:
+    """The parameters of a variant (after the workload) whose annotation says what they take: a Literal's values,
+    or a plain type. An annotation that does not resolve (a name only a type checker sees) declares nothing."""
+    domains: dict[str, ParamDomain] = {}
+    for name, param in list(inspect.signature(fn).parameters.items())[1:]:
+        annotation = param.annotation
+        if isinstance(annotation, str):  # `from __future__ import annotations`: resolved as the module reads it
+            try:
+                annotation = eval(annotation, getattr(fn, "__globals__", {}))  # the module's own annotation text
+            except Exception:
+                continue
+        if get_origin(annotation) is Literal:
+            domains[name] = ParamDomain(values=list(get_args(annotation)))
+        elif annotation in _PLAIN_KINDS:
+            domains[name] = ParamDomain(kind=_PLAIN_KINDS[annotation])
+    return domains
 
 
 @dataclass
@@ -143,6 +161,8 @@ class Experiment:
     annotate_fn: AnnotateFn | None = None
     workload_fn: WorkloadFn | None = None
     needs: dict[str, NeedsFn] = field(default_factory=dict)  # variant -> what it needs of the device
+    # variant -> its parameters that declare what they take (parameter_domains)
+    domains: dict[str, dict[str, ParamDomain]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from harness.cards.checks import CheckError, check_named
@@ -178,7 +198,15 @@ class Experiment:
         def register(f: VariantFn) -> VariantFn:
             if f.__name__ in self.variants:
                 raise ExperimentError(f"{self.name}: variant {f.__name__!r} registered twice")
+            domains = parameter_domains(f)
+            for name, param in inspect.signature(f).parameters.items():
+                why = None if param.default is param.empty or name not in domains else domains[name].refuses(
+                    param.default)
+                if why is not None:
+                    raise ExperimentError(f"{self.name}: variant {f.__name__}'s default {name}={param.default!r}: "
+                                          f"{why}; make its annotation and its default agree")
             self.variants[f.__name__] = f
+            self.domains[f.__name__] = domains
             if check is not None:
                 self.needs[f.__name__] = check
             return f
@@ -215,6 +243,11 @@ class Experiment:
                 f"{self.name}: unknown variant {variant!r}; registered: {', '.join(self.variants)}"
             )
         fn = self.variants[variant]
+        for name, value in params.items():
+            domain = self.domains[variant].get(name)
+            why = domain.refuses(value) if domain is not None else None
+            if why is not None:
+                raise ExperimentError(f"{self.name}: variant {variant}'s {name}: {why}")
         made = fn(workload, **params)
         prepared = made if isinstance(made, Prepared) else Prepared(made)
         if prepared.recipe is None:  # the variant's docstring says what it changes
@@ -234,8 +267,9 @@ class Experiment:
         return {name: list(inspect.signature(fn).parameters)[1:] for name, fn in self.variants.items()}
 
     def check_space(self, space: dict[str, Any]) -> None:
-        """Every parameter of the space is one its variant takes: a typo must not be searched silently."""
-        check_space_params(self.name, self.parameters(), space)
+        """Every parameter of the space is one its variant takes, with values it takes: a typo must not be
+        searched silently."""
+        check_space_params(self.name, self.parameters(), space, self.domains)
 
 
 def load_experiment(module: str, expected_name: str | None = None) -> Experiment:

@@ -19,7 +19,7 @@ process found them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from harness.boundary.outcomes import OUTCOMES, Outcome, TrialStatus
 from harness.errors import HarnessError
@@ -114,17 +114,67 @@ class ExperimentError(HarnessError):
     """An experiment that does not exist or is misconfigured; one line, with the fix."""
 
 
-def check_space_params(experiment: str, takes: Mapping[str, Sequence[str]], space: Mapping[str, Any]) -> None:
+_KINDS: dict[str, Callable[[Any], bool]] = {
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+    "bool": lambda v: isinstance(v, bool),
+}
+
+
+@dataclass(frozen=True)
+class ParamDomain:
+    """The values a variant's parameter takes, read from its annotation (harness.api.experiment): the values
+    of a `typing.Literal`, or a plain type (int, float, str, bool). Anything else annotated takes anything."""
+
+    values: list[Any] | None = None
+    kind: str | None = None  # one of _KINDS
+
+    def refuses(self, value: Any) -> str | None:
+        """Why the parameter does not take `value` (None: it does)."""
+        if self.values is not None:
+            # By type too: True is not 1, and "2" is not 2.
+            if any(type(value) is type(v) and value == v for v in self.values):
+                return None
+            return f"{value!r} is not one of {', '.join(map(str, self.values))}"
+        if self.kind is not None and not _KINDS[self.kind](value):
+            return f"{value!r} is not {'an' if self.kind == 'int' else 'a'} {self.kind}"
+        return None
+
+    def refuses_range(self, low: Any, high: Any) -> str | None:
+        """Why the parameter does not take a range {low, high} (None: it does)."""
+        if self.values is not None:
+            return f"takes one of {', '.join(map(str, self.values))}: give them as a list, not a range"
+        if self.kind in ("str", "bool"):
+            return f"takes a {self.kind}: give a list of choices, not a range"
+        if self.kind == "int" and not (_KINDS["int"](low) and _KINDS["int"](high)):
+            return f"takes an int: a range of it needs integer low and high, not {low!r} and {high!r}"
+        return None
+
+
+def check_space_params(experiment: str, takes: Mapping[str, Sequence[str]], space: Mapping[str, Any],
+                       domains: Mapping[str, Mapping[str, ParamDomain]] | None = None) -> None:
     """Every parameter of the space is one its variant takes (`takes`: each variant's parameters after the
-    workload): a typo must not be searched silently. Unknown variants are harness.search.validate_space's."""
+    workload), and every value one it takes (`domains`, from the variant's annotations): a typo must not be
+    searched silently, nor cost a trial per value. Unknown variants and the space's shape are
+    harness.search.validate_space's."""
     for variant, params in space.items():
         if variant not in takes:
             continue
-        for name in params or {}:
+        for name, choices in (params or {}).items():
             if name not in takes[variant]:
                 raise ExperimentError(
                     f"experiment.space.{variant}.{name}: {experiment}'s variant {variant} takes no parameter "
                     f"{name!r}; it takes: {', '.join(takes[variant]) or 'none'}")
+            domain = (domains or {}).get(variant, {}).get(name)
+            if domain is None:
+                continue
+            if isinstance(choices, Mapping):
+                why = domain.refuses_range(choices.get("low"), choices.get("high"))
+            else:
+                why = next(filter(None, map(domain.refuses, choices)), None)
+            if why is not None:
+                raise ExperimentError(f"experiment.space.{variant}.{name}: {why} ({experiment}'s variant {variant})")
 
 
 @dataclass(frozen=True)
@@ -143,12 +193,14 @@ class ExperimentFacts:
     unmet: dict[str, str]  # the variants the described device cannot run, each with why (Experiment.unmet_needs)
     metric_set: str | None
     workload_dtype: str
+    # each variant's parameters that declare their values or type, with them (ParamDomain)
+    domains: dict[str, dict[str, ParamDomain]] = field(default_factory=dict)
 
     def applies_to(self, op_kind: str) -> bool:
         return op_kind in self.op_kinds
 
     def check_space(self, space: Mapping[str, Any]) -> None:
-        check_space_params(self.name, self.variants, space)
+        check_space_params(self.name, self.variants, space, self.domains)
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ def experiment_facts(module: str, expected_name: str | None, device: str | None)
         hypothesis=experiment.hypothesis, check=experiment.check, check_module=check_named(experiment.check).module,
         baseline_name=experiment.baseline_name, variants=experiment.parameters(),
         unmet=experiment.unmet_needs(device) if device is not None else {}, metric_set=experiment.metric_set,
-        workload_dtype=experiment.workload_dtype)
+        workload_dtype=experiment.workload_dtype, domains=experiment.domains)
 
 
 def _profiler(section: dict[str, Any] | None, device: str | None) -> tuple[str | None, list[str], str | None]:

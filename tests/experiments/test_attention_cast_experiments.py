@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from harness.api.experiment import VariantSkipped, load_experiment
+from harness.api.experiment import ExperimentError, VariantSkipped, load_experiment
 from harness.boundary.spec import CorrectnessRule
 from harness.trial.correctness import Standard, check_output, judge_baseline
 from harness.workloads import CastConfig, build_workload
@@ -131,8 +131,13 @@ def test_flash_attn_skips_on_cpu(version, keys):
         ATTENTION.prepare("flash_attn", _attention(), {"version": version, "keys": keys})
 
 
-def test_flash_attn_refuses_a_key_mask():
-    with pytest.raises(VariantSkipped, match="no key mask"):
+def test_flash_attn_refuses_a_key_mask_before_any_trial():
+    """flash-attn has no key mask: its `keys` annotation leaves it out, so a space that asks for one is refused
+    when the run starts, and a direct prepare is refused too (nothing built, nothing timed)."""
+    message = "keys: 'masked_allocation' is not one of valid_prefix, cache_seqlens"
+    with pytest.raises(ExperimentError, match=message):
+        ATTENTION.check_space({"flash_attn": {"version": [2], "keys": ["valid_prefix", "masked_allocation"]}})
+    with pytest.raises(ExperimentError, match=message):
         ATTENTION.prepare("flash_attn", _attention(), {"version": 2, "keys": "masked_allocation"})
 
 
@@ -231,7 +236,7 @@ def test_vectorized_kernel_skips_on_cpu_with_reason():
 
 
 def test_vectorized_kernel_rejects_bad_parameters():
-    with pytest.raises(VariantSkipped, match="block_size"):
+    with pytest.raises(ExperimentError, match="block_size: 100 is not one of 32, 64, 128, 256, 512, 1024"):
         CAST.prepare("vectorized_kernel", _cast(), {"block_size": 100, "vector_width": 4})
     with pytest.raises(VariantSkipped, match="vector_width"):
         CAST.prepare("vectorized_kernel", _cast(), {"block_size": 128, "vector_width": 3})

@@ -24,7 +24,7 @@ from experiments import dit_gemm_tiles as tiles
 from experiments import dit_small_m_batching as small_m
 from experiments.dit_gemm_tiles import kernel
 from harness.api import tiles as tile_math
-from harness.api.experiment import VariantSkipped
+from harness.api.experiment import ExperimentError, VariantSkipped
 from harness.boundary.spec import CorrectnessRule
 from harness.cards.measured import TrialLabel
 from harness.cards.model import Card, Kernel
@@ -91,8 +91,8 @@ def test_dtype_layout_without_bias_and_the_baseline_itself_is_skipped():
     assert check_output(out, w.run(), TOLERANCE).feasible
     with pytest.raises(VariantSkipped, match="baseline itself"):
         tiles.dtype_layout(w, compute_dtype="bfloat16", weight_layout="nk")
-    with pytest.raises(VariantSkipped, match="weight_layout"):
-        tiles.dtype_layout(w, compute_dtype="float32", weight_layout="nn")
+    with pytest.raises(ExperimentError, match="weight_layout: 'nn' is not one of nk, kn"):
+        tiles.EXPERIMENT.prepare("dtype_layout", w, {"compute_dtype": "float32", "weight_layout": "nn"})
 
 
 def test_a_wrong_weight_layout_would_be_caught():
@@ -117,8 +117,8 @@ def test_cuda_only_gemm_variants_skip_on_cpu_with_the_reason(w32):
         tiles.blas_library(w32, library="cublaslt")
     with pytest.raises(VariantSkipped, match="needs CUDA"):
         tiles.triton_matmul(w32, BLOCK_M=16, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=4, num_warps=8)
-    with pytest.raises(VariantSkipped, match="library="):
-        tiles.blas_library(w32, library="mkl")
+    with pytest.raises(ExperimentError, match="library: 'mkl' is not one of cublas, cublaslt"):
+        tiles.EXPERIMENT.prepare("blas_library", w32, {"library": "mkl"})
     # Through the experiment, as run.py calls it (VariantSkipped -> pruned trial with this reason).
     with pytest.raises(VariantSkipped, match="needs CUDA"):
         tiles.EXPERIMENT.prepare("blas_library", w32, {"library": "cublas"})

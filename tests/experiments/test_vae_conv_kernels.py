@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import experiments.vae_conv_kernels as vc
 from experiments.vae_conv_kernels.im2col import im2col_conv3d
 from experiments.vae_conv_kernels.kernel import ConvGemm
-from harness.api.experiment import VariantSkipped
+from harness.api.experiment import ExperimentError, VariantSkipped
 from harness.api.tiles import HOPPER, TileConfig, executed_flops, launch_problem
 from harness.boundary.spec import CorrectnessRule
 from harness.cards.model import Card, Kernel
@@ -210,8 +210,10 @@ def test_cuda_only_variants_skip_on_cpu_with_the_reason():
         vc.triton_implicit_gemm(w, 64, 16, 32, 8, 3, 4)
     with pytest.raises(VariantSkipped, match="baseline itself"):
         vc.cudnn_algorithm(w, benchmark=False, memory_format="contiguous")
-    with pytest.raises(VariantSkipped, match="memory_format="):
-        vc.cudnn_algorithm(w, benchmark=True, memory_format="ndhwc")
+    with pytest.raises(ExperimentError, match="memory_format: 'ndhwc' is not one of contiguous, channels_last_3d"):
+        vc.EXPERIMENT.prepare("cudnn_algorithm", w, {"benchmark": True, "memory_format": "ndhwc"})
+    with pytest.raises(ExperimentError, match="benchmark: 'yes' is not a bool"):
+        vc.EXPERIMENT.prepare("cudnn_algorithm", w, {"benchmark": "yes"})
 
 
 def test_a_tile_over_shared_memory_is_pruned_before_the_device_check():
