@@ -100,6 +100,6 @@ def adopted_by_card(reports: Iterable[Any], card_ids: Iterable[str]) -> dict[str
     found: dict[str, list[AppliedVariant]] = {}
     for report in reports:
         for card in report.cards:
-            if card.id in wanted and applied_of(card.extra):
-                found[card.id] = applied_of(card.extra)
+            if card.id in wanted and (applied := applied_of(card.extra)):
+                found[card.id] = applied
     return found
