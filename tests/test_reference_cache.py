@@ -204,3 +204,27 @@ def test_a_partial_or_foreign_file_loads_as_nothing(tmp_path: Path):
     torch.save(obj, path)  # torch's own file, without the checksum: an older harness's
     assert load_reference_file(path, "cpu") is None
     assert load_reference_file(tmp_path / "absent.pt", "cpu") is None
+
+
+def test_a_kept_card_serves_each_request_with_that_requests_settings(tmp_path: Path, card):
+    """The child keeps a card for every request that builds the same workload; what judges and times a trial
+    (its references folder, its timing) is the trial request's own, not the first request's."""
+    spec = CardSpec(card=card.to_dict(), experiment_module="experiments.dit_gemm_tiles", device="cpu", scale=0.05,
+                    correctness=CorrectnessRule(4, 4),
+                    timing=TimingSettings(warmup=1, min_repeats=3, budget_s=0.0), profiler={"name": "none"},
+                    reference_path=str(tmp_path / "reference.pt"), reference_cache=str(tmp_path / "first"))
+    later = dataclasses.replace(spec, reference_cache=str(tmp_path / "later"),
+                                timing=TimingSettings(warmup=1, min_repeats=9, budget_s=0.0))
+    assert later.workload_key() == spec.workload_key()  # one kept card serves both
+    server = Server()
+    answer = on_card(server, measure)
+    assert answer(Measure(spec=spec, variant="linear", baseline=True, card_path=str(tmp_path / "b.json"))).ok
+    trial = answer(Measure(spec=later, variant="dtype_layout", params={"weight_layout": "kn"},
+                           card_path=str(tmp_path / "t.json")))
+    assert trial.status is TrialStatus.COMPLETE, trial.reason
+    # The trial's second draw was judged on a reference kept in the trial's folder; the first folder holds
+    # only the card's own.
+    assert server.reference_cache(later).computed == 1 and server.reference_cache(spec).computed == 1
+    assert len(list((tmp_path / "later").rglob("*.pt"))) == 1 and len(list((tmp_path / "first").rglob("*.pt"))) == 1
+    timing = load_report(str(tmp_path / "t.json")).cards[0].extra["timing"]
+    assert len(timing["samples_us"]) >= 9

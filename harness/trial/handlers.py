@@ -28,9 +28,9 @@ def measure(server: Server, state: CardState, request: Measure) -> Measured:
     from harness.trial.measure import measure_prepared
     from harness.workloads.base import dtype_name
 
-    spec = request.spec
+    spec = state.spec
     t0 = time.perf_counter()
-    reference = server.reference(state, spec, request.baseline)
+    reference = server.reference(state, request.baseline)
     reference_s = time.perf_counter() - t0
     state.evidence.clear()
     if request.baseline:
@@ -124,7 +124,7 @@ def confirm(server: Server, state: CardState, request: Confirm) -> Confirmed:
     from harness.trial.measure import time_callable, warm_up_until_stable
 
     plan = request.plan
-    server.reference(state, request.spec, baseline=False)
+    server.reference(state, baseline=False)
     left: list[str] = []
     with torch_state.isolated(left):
         tried = server.prepare(state, plan.variant, dict(plan.params))
@@ -148,7 +148,7 @@ def confirm(server: Server, state: CardState, request: Confirm) -> Confirmed:
         with torch_state.isolated(left):
             warmups[key] = warm_up_until_stable(side.fn, state.workload.device)
     settings = TimingSettings(warmup=1, min_repeats=3, budget_s=plan.budget_s,
-                              cuda_graph=request.spec.timing.cuda_graph)
+                              cuda_graph=state.spec.timing.cuda_graph)
     for number in range(plan.rounds):
         order = ("base", "best") if number % 2 == 0 else ("best", "base")
         for key in order:

@@ -28,7 +28,9 @@ def annotate(experiment: Any, card: Any, workload: Any) -> None:
 @dataclass
 class CardState:
     key: str
-    spec: CardSpec  # the spec it was built from
+    # The card's spec as the latest request gave it: what builds the card is the same for every request it
+    # serves (CardSpec.workload_key); what judges, times and profiles is read from here.
+    spec: CardSpec
     card: Any
     experiment: Any
     workload: Any  # what the variants are prepared on: as built, with the applied variants' carries
@@ -67,6 +69,7 @@ class Server:
 
         key = spec.workload_key()
         if self.state is not None and self.state.key == key:
+            self.state.spec = spec
             return self.state, 0.0
         self.forget()
         t0 = time.perf_counter()
@@ -91,7 +94,7 @@ class Server:
         self.state = None
         free_memory()
 
-    def reference(self, state: CardState, spec: CardSpec, baseline: bool) -> Any:
+    def reference(self, state: CardState, baseline: bool) -> Any:
         """The card's float64 reference: computed (or read from the references folder) when the `baseline` is
         measured; for a trial in a new child, read back with the baseline's standard.
 
@@ -105,16 +108,16 @@ class Server:
 
         if baseline:
             if state.reference is None:  # the carried workload's reference is the one as built (rounds.carry)
-                state.reference = self.reference_cache(spec).reference(state.as_built, state.as_built)
+                state.reference = self.reference_cache(state.spec).reference(state.as_built, state.as_built)
         elif state.standard is None:
-            path = spec.reference_path
+            path = state.spec.reference_path
             saved = load_reference_file(Path(path), state.workload.device) if path else None
             if saved is None:
                 why = "unreadable or damaged" if path and os.path.exists(path) else "the baseline was not measured"
                 raise RuntimeError(f"no correctness reference at {path}: {why}")
             state.reference = (saved["reference"] if "reference" in saved
-                               else self.reference_cache(spec).reference(state.as_built, state.as_built))
-            state.standard = anchored_standard(spec.correctness, float(saved["baseline_error"]),
+                               else self.reference_cache(state.spec).reference(state.as_built, state.as_built))
+            state.standard = anchored_standard(state.spec.correctness, float(saved["baseline_error"]),
                                                parse_dtype(saved["baseline_dtype"]), state.workload.reduction_length,
                                                saved.get("adopted_precision"))
             state.baseline_per_call_us = saved.get("baseline_per_call_us")
@@ -219,7 +222,7 @@ class Server:
         from harness.trial.measure import TrialChecks
         from harness.trial.physics import device_peaks, floor_for
 
-        slack, trial = request.spec.physics_slack, not request.baseline
+        slack, trial = state.spec.physics_slack, not request.baseline
         floor = None
         if slack:
             w = state.workload
