@@ -58,10 +58,10 @@ def measure(server: Server, state: CardState, request: Measure) -> Measured:
         return server.judge(state, prepared, output, state.baseline_on if request.baseline else None)
     left = []
     with torch_state.isolated(left):
+        checks, profiler = server.checks(state, request, prepared), server.profiler(spec.profiler)
         m = measure_prepared(source_card=state.card, workload=state.workload, prepared=prepared, check=check,
-                             profiler=server.profiler(spec.profiler), settings=spec.timing,
-                             rules=spec.rules, label=request.label, environment=spec.environment,
-                             spec=request, checks=server.checks(state, request, prepared))
+                             profiler=profiler, settings=spec.timing, rules=spec.rules, label=request.label,
+                             environment=spec.environment, spec=request, checks=checks)
     if left:  # no later measurement runs under what it left behind: it was restored; its card says so
         m.card.extra["state_changes"] = left
         m = refuse(m, f"when called, it {leaves_state(left)}")

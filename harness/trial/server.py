@@ -166,9 +166,9 @@ class Server:
         from harness.workloads.draws import batch_for
 
         workload = state.workload if workload is None else workload
+        source = batch_for(workload, prepared.calls) if prepared.calls > 1 else workload  # what its output covers
         key = (id(workload), prepared.calls)  # the state holds every workload it judges on: ids stay unique
         if key not in state.references:
-            source = batch_for(workload, prepared.calls) if prepared.calls > 1 else workload
             state.references[key] = self.reference_cache(state.spec).reference(source, state.as_built)
         held = state.standard.precision_for(prepared.precision)
         if held is None:
@@ -176,25 +176,25 @@ class Server:
         if id(prepared) not in state.evidence:  # what its call computes in: evidence it cannot write itself
             state.evidence[id(prepared)] = observed_precisions(prepared.fn)
         return state.standard.judge(output, state.references[key], precision=prepared.precision,
-                                    emulated=self.emulated(state, workload, prepared.calls, held, output.dtype),
+                                    emulated=self.emulated(state, key, source, held, output.dtype),
                                     evidence=state.evidence[id(prepared)])
 
-    def emulated(self, state: CardState, workload: Any, calls: int, precision: str, output_dtype: Any) -> Any:
-        """The reference of `workload` (or its batch) emulating `precision`, once per card; None where the op
-        has none (a chunk) or a carried round-2 workload's inputs are not what its reference reads."""
+    def emulated(self, state: CardState, key: tuple[int, int], source: Any, precision: str,
+                 output_dtype: Any) -> Any:
+        """The reference of `source` (a workload or its batch, judged under `key`) emulating `precision`, once
+        per card; None where the op has none (a chunk) or a carried round-2 workload's inputs are not what its
+        reference reads."""
         from harness.errors import CorrectnessError
         from harness.trial.precision import emulated_reference
-        from harness.workloads.draws import batch_for
 
-        key = (id(workload), calls, precision, str(output_dtype))
-        if key not in state.emulated:
-            source = batch_for(workload, calls) if calls > 1 else workload
+        emulated_key = (*key, precision, str(output_dtype))
+        if emulated_key not in state.emulated:
             try:
-                state.emulated[key] = emulated_reference(source, precision, output_dtype)
+                state.emulated[emulated_key] = emulated_reference(source, precision, output_dtype)
             except CorrectnessError as exc:
                 state.notes.append(f"no {precision}-emulated reference: {exc}")
-                state.emulated[key] = None
-        return state.emulated[key]
+                state.emulated[emulated_key] = None
+        return state.emulated[emulated_key]
 
     def second_draw(self, state: CardState, request: Measure) -> str | None:
         """Why the variant is wrong on a second draw of the card's activations (prepared anew on it, its
