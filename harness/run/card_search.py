@@ -61,18 +61,15 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     cards finished before it keep their outputs. A failed confirm step keeps the search's timings.
     """
     trials_dir = ctx.run_dir / "trials" / card.id
-    try:
-        applied = applied_of(card.extra)  # variants earlier rounds adopted: the baseline builds on them
-    except RoundError as exc:
-        raise RunError(f"card {card.id}: {exc}") from None
-    label = _baseline_label(ctx, report_path, applied)
-    session = CardSession(ctx.worker, _card_spec(ctx, card, trials_dir, applied), ctx.cfg.search.trial_deadline_s)
+    spec = _card_spec(ctx, card, trials_dir)
+    label = _baseline_label(ctx, report_path, spec.applied)
+    session = CardSession(ctx.worker, spec, ctx.cfg.search.trial_deadline_s)
     quiet_trial_failures()
     ctx.count_worker_starts()  # the run's set-up started the worker (or a new one after an earlier run's)
     if ctx.progress is not None:
         ctx.progress.start_card(card.id)
     base_card = _measure_baseline(ctx, session, card, label, trials_dir)
-    base_card.extra[APPLIED_KEY] = recorded(applied)  # kept as it is when this run adopts nothing
+    base_card.extra[APPLIED_KEY] = recorded(spec.applied)  # kept as it is when this run adopts nothing
     space, _ = drawable(experiment_of(ctx.cfg).space or {}, ctx.not_drawn)
     outcome = CardOutcome(card.id, card, base_card)
     if not space:
@@ -82,7 +79,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     _tally(outcome, study)
     best = best_feasible(study)
     if best is not None:
-        _confirm_best(ctx, session, outcome, best, label, applied)
+        _confirm_best(ctx, session, outcome, best, label)
     return outcome
 
 
@@ -101,7 +98,7 @@ def _baseline_label(ctx: RunContext, report_path: str | None, applied: list[Appl
     return label
 
 
-def decided_dtype(ctx: RunContext, card: Card, applied: list[AppliedVariant]) -> CardDtype:
+def _decided_dtype(ctx: RunContext, card: Card, applied: list[AppliedVariant]) -> CardDtype:
     """The card's dtype and math mode (harness.cards.dtype), from the run's report and `workload.dtype`."""
     try:
         return card_dtype(card, applied=applied, override=ctx.cfg.workload.dtype,
@@ -110,8 +107,13 @@ def decided_dtype(ctx: RunContext, card: Card, applied: list[AppliedVariant]) ->
         raise RunError(str(exc)) from None
 
 
-def _card_spec(ctx: RunContext, card: Card, trials_dir: Path, applied: list[AppliedVariant]) -> CardSpec:
-    """The card's spec, carried by every request of the card (so a new child can rebuild the card)."""
+def _card_spec(ctx: RunContext, card: Card, trials_dir: Path) -> CardSpec:
+    """The card's spec, carried by every request of the card (so a new child can rebuild the card): what earlier
+    rounds adopted on it (the baseline builds on them), its dtype and math mode, its chunk's adopted variants."""
+    try:
+        applied = applied_of(card.extra)
+    except RoundError as exc:
+        raise RunError(f"card {card.id}: {exc}") from None
     cfg, experiment_cfg = ctx.cfg, experiment_of(ctx.cfg)
     scale = cfg.workload.scale or (1.0 if ctx.device.startswith("cuda") else cfg.workload.cpu_scale)
     cast_cfg = cfg.workload.cast
@@ -124,7 +126,7 @@ def _card_spec(ctx: RunContext, card: Card, trials_dir: Path, applied: list[Appl
     profiler_cfg["name"] = ctx.profiler  # resolved: the worker makes the same backend
     slack = cfg.timing.physics_slack
     return CardSpec(
-        dtype=decided_dtype(ctx, card, applied),
+        dtype=_decided_dtype(ctx, card, applied),
         adopted=_adopted_in_chunk(experiment_cfg, card),
         card=card.to_dict(), experiment_module=experiment_cfg.module, device=ctx.device, scale=scale,
         seed=cfg.workload.seed, inputs_dir=cfg.inputs.dir, attention=cfg.workload.attention, cast=cast_cfg,
@@ -266,7 +268,7 @@ def _tally(outcome: CardOutcome, study: optuna.Study) -> None:
 
 
 def _confirm_best(ctx: RunContext, session: CardSession, outcome: CardOutcome, best: optuna.trial.FrozenTrial,
-                  label: TrialLabel, applied: list[AppliedVariant]) -> None:
+                  label: TrialLabel) -> None:
     """The search's best in paired confirm rounds against the baseline; adopted when FASTER, and the card
     files (baseline.json, tried.json, best.json) written with the verdict."""
     trials_dir = ctx.run_dir / "trials" / outcome.card_id
@@ -283,7 +285,8 @@ def _confirm_best(ctx: RunContext, session: CardSession, outcome: CardOutcome, b
         outcome.tried = load_report(trials_dir / "tried.json").cards[0]
     _confirmed(outcome.tried, outcome.baseline, reply, outcome.confirmation)
     if outcome.adopted:  # what the next round's baseline is built from (harness.cards.applied)
-        built_as = decided_dtype(ctx, outcome.report_card, applied)
+        applied, built_as = session.spec.applied, session.spec.dtype
+        assert built_as is not None  # the run decides every card's dtype (_card_spec)
         outcome.tried.extra[APPLIED_KEY] = recorded([*applied, applied_entry(
             experiment=ctx.experiment.name, module=ctx.experiment.module, variant=tried_variant,
             params=outcome.tried_params, facts=outcome.tried.extra.get("variant") or {},
