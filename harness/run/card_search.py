@@ -26,7 +26,7 @@ from harness.cards.applied import (
     applied_of,
     recorded,
 )
-from harness.cards.dtype import CardDtype, DtypeError, card_dtype, declared_rules
+from harness.cards.dtype import card_dtype, declared_rules
 from harness.cards.ids import CHUNK_OP_KINDS
 from harness.cards.kernel_match import report_names
 from harness.cards.measured import TrialLabel
@@ -98,15 +98,6 @@ def _baseline_label(ctx: RunContext, report_path: str | None, applied: list[Appl
     return label
 
 
-def _decided_dtype(ctx: RunContext, card: Card, applied: list[AppliedVariant]) -> CardDtype:
-    """The card's dtype and math mode (harness.cards.dtype), from the run's report and `workload.dtype`."""
-    try:
-        return card_dtype(card, applied=applied, override=ctx.cfg.workload.dtype,
-                          declared=declared_rules(ctx.report.extra), experiment_dtype=ctx.experiment.workload_dtype)
-    except DtypeError as exc:
-        raise RunError(str(exc)) from None
-
-
 def _card_spec(ctx: RunContext, card: Card, trials_dir: Path) -> CardSpec:
     """The card's spec, carried by every request of the card (so a new child can rebuild the card): what earlier
     rounds adopted on it (the baseline builds on them), its dtype and math mode, its chunk's adopted variants."""
@@ -126,7 +117,8 @@ def _card_spec(ctx: RunContext, card: Card, trials_dir: Path) -> CardSpec:
     profiler_cfg["name"] = ctx.profiler  # resolved: the worker makes the same backend
     slack = cfg.timing.physics_slack
     return CardSpec(
-        dtype=_decided_dtype(ctx, card, applied),
+        dtype=card_dtype(card, applied=applied, override=cfg.workload.dtype, declared=declared_rules(ctx.report.extra),
+                         experiment_dtype=ctx.experiment.workload_dtype),
         adopted=_adopted_in_chunk(experiment_cfg, card),
         card=card.to_dict(), experiment_module=experiment_cfg.module, device=ctx.device, scale=scale,
         seed=cfg.workload.seed, inputs_dir=cfg.inputs.dir, attention=cfg.workload.attention, cast=cast_cfg,

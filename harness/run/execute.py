@@ -220,7 +220,7 @@ def _run_cards(ctx: RunContext, cards: list[Card]) -> list[CardOutcome]:
         if outcomes:
             write_page(ctx.run_dir)
         raise
-    except RunError:
+    except HarnessError:  # a card's one-line error: the cards before it keep their page
         if outcomes:
             write_page(ctx.run_dir)
         raise
