@@ -103,7 +103,7 @@ class CardSpec:
     attention: AttentionSettings = field(default_factory=AttentionSettings)
     cast: CastSettings = field(default_factory=CastSettings)
     applied: list[AppliedVariant] = field(default_factory=list)  # what earlier rounds adopted (harness.trial.rounds)
-    # A chunk card's contained op cards' adopted variants (harness.trial.rounds.adopted_by_card), to compose.
+    # A chunk card's contained op cards' adopted variants (harness.cards.applied.adopted_in_chunk), to compose.
     adopted: dict[str, list[AppliedVariant]] = field(default_factory=dict)
     reference_path: str | None = None  # the card's float64 reference and standard, written with the baseline
     # Where float64 references are kept by their inputs' hash across runs (harness.trial.reference_cache).

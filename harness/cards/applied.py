@@ -8,8 +8,10 @@ in the worker. This part is torch-free: the run reads and writes the entries.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
+from harness.cards.ids import CHUNK_OP_KINDS
+from harness.cards.model import Card, ReportError, load_report
 from harness.errors import HarnessError
 
 APPLIED_KEY = "applied"
@@ -103,3 +105,15 @@ def adopted_by_card(reports: Iterable[Any], card_ids: Iterable[str]) -> dict[str
             if card.id in wanted and (applied := applied_of(card.extra)):
                 found[card.id] = applied
     return found
+
+
+def adopted_in_chunk(card: Card, compose_from: str | Sequence[str] | None) -> dict[str, list[AppliedVariant]]:
+    """For a chunk card, what the runs `experiment.compose_from` names (their best.json files) adopted on the op
+    cards it contains; {} for any other card, or without such runs."""
+    if not compose_from or card.op_kind not in CHUNK_OP_KINDS:
+        return {}
+    paths = [compose_from] if isinstance(compose_from, str) else list(compose_from)
+    try:
+        return adopted_by_card([load_report(path) for path in paths], card.extra.get("contains") or [])
+    except (ReportError, RoundError) as exc:
+        raise RoundError(f"experiment.compose_from: {exc}") from None

@@ -85,7 +85,7 @@ class ExperimentConfig:
     # An earlier run's diff.json (or a list of them) whose op cards predict a chunk card's speedup.
     predict_from: Any = None
     # Earlier op-card runs' best.json (or a list): what they adopted on a chunk card's op cards, which the
-    # chunk experiment's `composed` variant applies to the whole module (harness.trial.rounds.adopted_by_card).
+    # chunk experiment's `composed` variant applies to the whole module (harness.cards.applied.adopted_in_chunk).
     compose_from: Any = None
 
 

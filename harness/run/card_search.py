@@ -21,18 +21,17 @@ from harness.cards.applied import (
     APPLIED_KEY,
     AppliedVariant,
     RoundError,
-    adopted_by_card,
+    adopted_in_chunk,
     applied_entry,
     applied_of,
     recorded,
 )
 from harness.cards.dtype import card_dtype, declared_rules
-from harness.cards.ids import CHUNK_OP_KINDS
 from harness.cards.kernel_match import report_names
 from harness.cards.measured import TrialLabel
-from harness.cards.model import Card, Report, ReportError, load_report, save_report
+from harness.cards.model import Card, Report, load_report, save_report
 from harness.cards.noise import paired_verdict
-from harness.config.schema import ExperimentConfig, experiment_of
+from harness.config.schema import experiment_of
 from harness.run.state import CardOutcome, RunContext, RunError, reference_folder, same_band
 from harness.run.worker import CardSession, TrialFailed, WorkerError, quiet_trial_failures
 from harness.search import (
@@ -119,7 +118,7 @@ def _card_spec(ctx: RunContext, card: Card, trials_dir: Path) -> CardSpec:
     return CardSpec(
         dtype=card_dtype(card, applied=applied, override=cfg.workload.dtype, declared=declared_rules(ctx.report.extra),
                          experiment_dtype=ctx.experiment.workload_dtype),
-        adopted=_adopted_in_chunk(experiment_cfg, card),
+        adopted=adopted_in_chunk(card, experiment_cfg.compose_from),
         card=card.to_dict(), experiment_module=experiment_cfg.module, device=ctx.device, scale=scale,
         seed=cfg.workload.seed, inputs_dir=cfg.inputs.dir, attention=cfg.workload.attention, cast=cast_cfg,
         applied=applied, reference_path=str(trials_dir / "reference.pt"),
@@ -287,18 +286,6 @@ def _confirm_best(ctx: RunContext, session: CardSession, outcome: CardOutcome, b
     save_report(Report(cards=[outcome.baseline]), trials_dir / "baseline.json")
     save_report(Report(cards=[outcome.tried]), trials_dir / "tried.json")
     save_report(Report(cards=[outcome.kept]), trials_dir / "best.json")
-
-
-def _adopted_in_chunk(experiment: ExperimentConfig, card: Card) -> dict[str, list[AppliedVariant]]:
-    """For a chunk card: what the runs of `experiment.compose_from` (best.json files) adopted on its op cards."""
-    given = experiment.compose_from
-    if not given or card.op_kind not in CHUNK_OP_KINDS:
-        return {}
-    paths = [given] if isinstance(given, str) else list(given)
-    try:
-        return adopted_by_card([load_report(path) for path in paths], card.extra.get("contains") or [])
-    except (ReportError, RoundError) as exc:
-        raise RunError(f"experiment.compose_from: {exc}") from None
 
 
 def confirm(ctx: RunContext, session: CardSession, trials_dir: Path, tried_path: str, variant: str,

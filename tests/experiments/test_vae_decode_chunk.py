@@ -164,20 +164,25 @@ def _adopted(variant: str, carries: dict) -> dict:
             "params": {}, "carries": carries}
 
 
-def test_composed_applies_what_the_op_card_runs_adopted(tiny, report, monkeypatch):
+def test_composed_applies_what_the_op_card_runs_adopted(tiny, report, monkeypatch, tmp_path):
     """compose_from's best.json: a conv card that adopted channels_last_3d makes the decoder channels_last_3d
     end to end; a dtype adopted too lowers it; nothing adopted, or nothing carried, is a skip with the reason."""
     import dataclasses
 
-    from harness.cards.model import Report
-    from harness.trial.rounds import adopted_by_card
+    from harness.cards.applied import RoundError, adopted_in_chunk
+    from harness.cards.model import Report, save_report
 
     conv = "vae-480-conv3d-96to96k333t6-13c157"
     kept = report.card(conv)
     kept.extra = {**kept.extra,
                   "applied": [_adopted("channels_last_3d", {"input": {"memory_format": "channels_last_3d"}})]}
-    adopted = adopted_by_card([Report(cards=[kept])], _chunk(report, "480").extra["contains"])
-    assert list(adopted) == [conv]
+    save_report(Report(cards=[kept]), tmp_path / "best.json")
+    chunk = _chunk(report, "480")
+    adopted = adopted_in_chunk(chunk, str(tmp_path / "best.json"))
+    assert list(adopted) == [conv] and adopted[conv][0].variant == "channels_last_3d"
+    assert adopted_in_chunk(report.card(conv), str(tmp_path / "best.json")) == {}  # an op card composes nothing
+    with pytest.raises(RoundError, match=r"^experiment.compose_from: .*absent.json"):
+        adopted_in_chunk(chunk, [str(tmp_path / "best.json"), str(tmp_path / "absent.json")])
 
     prepared = CHUNK.prepare("composed", dataclasses.replace(tiny, adopted=adopted), {})
     assert prepared.facts["conv3d_inputs_channels_last"].endswith("of 34") and prepared.precision is None
