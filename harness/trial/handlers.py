@@ -53,7 +53,7 @@ def measure(server: Server, state: CardState, request: Measure) -> Measured:
     def check(output: Any) -> Correctness:
         if request.baseline and not spec.applied:
             # The original op itself: it sets the standard, so it is feasible unless its output is malformed.
-            return judge_baseline(output, reference, state.standard.rule, state.workload.reduction_length)[1]
+            return judge_baseline(output, reference, state.held_to().rule, state.workload.reduction_length)[1]
         # The round's baseline is judged on the workload it was prepared on (a batch it takes is that one's).
         return server.judge(state, prepared, output, state.baseline_on if request.baseline else None)
     left = []
@@ -80,9 +80,9 @@ def measure(server: Server, state: CardState, request: Measure) -> Measured:
             raise _Measured(str(path)) from RuntimeError(f"its output is unusable ({m.correctness.note})")
         if m.timing is not None:
             state.baseline_per_call_us = per_call(m.timing.median_us, prepared.calls)
-        standard: dict[str, Any] = {"baseline_error": state.standard.baseline_error,
-                                    "baseline_dtype": dtype_name(state.standard.dtype),
-                                    "adopted_precision": state.standard.adopted_precision,
+        held = state.held_to()
+        standard: dict[str, Any] = {"baseline_error": held.baseline_error, "baseline_dtype": dtype_name(held.dtype),
+                                    "adopted_precision": held.adopted_precision,
                                     "baseline_per_call_us": state.baseline_per_call_us}
         # The reference itself only where the references folder does not keep it: each run folder's copy was
         # as large as the op's output in float64 (190 MB for a DiT linear of the report at scale 1).

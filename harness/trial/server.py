@@ -10,13 +10,19 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.boundary.replies import Judgement
 from harness.boundary.requests import Measure
 from harness.boundary.spec import CardSpec
 from harness.trial import torch_state
 from harness.workloads.input_guard import InputGuard
+
+if TYPE_CHECKING:
+    from harness.api.experiment import Experiment, Prepared
+    from harness.cards.model import Card
+    from harness.trial.correctness import Standard
+    from harness.workloads.base import Workload
 
 
 def annotate(experiment: Any, card: Any, workload: Any) -> None:
@@ -31,23 +37,29 @@ class CardState:
     # The card's spec as the latest request gave it: what builds the card is the same for every request it
     # serves (CardSpec.workload_key); what judges, times and profiles is read from here.
     spec: CardSpec
-    card: Any
-    experiment: Any
-    workload: Any  # what the variants are prepared on: as built, with the applied variants' carries
-    baseline: Any  # the experiment's Prepared baseline
-    guard: Any = None  # harness.workloads.input_guard.InputGuard over the inputs every variant is prepared on
+    card: Card
+    experiment: Experiment
+    workload: Workload  # what the variants are prepared on: as built, with the applied variants' carries
+    as_built: Workload  # the card's workload before any carry: its run() is the original op
+    baseline: Prepared  # the experiment's prepared baseline (on a round-2 card, the last variant adopted)
+    baseline_on: Workload  # the workload the baseline was prepared on (a round-2 baseline's batch is its)
+    guard: InputGuard  # over the inputs every variant is prepared on
     reference: Any = None  # the workload's float64 reference, once computed or loaded
     # The float64 references of the card's workloads, draws and batches a variant was judged on, by
     # (id of the workload, calls).
     references: dict[tuple[int, int], Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what could not be checked on this card, and why
-    as_built: Any = None  # the card's workload before any carry: its run() is the original op
-    baseline_on: Any = None  # the workload the baseline was prepared on (a round-2 baseline's batch is its)
     baseline_per_call_us: float | None = None  # its measured time: what the device can do, whatever the peaks say
     # Emulated references by (draw, calls, precision, output dtype); evidence by prepared variant.
     emulated: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     evidence: dict[int, Any] = field(default_factory=dict)
-    standard: Any = None  # harness.trial.correctness.Standard: the rule and the baseline's error e_b, once known
+    standard: Standard | None = None  # the rule and the baseline's error e_b, once known
+
+    def held_to(self) -> Standard:
+        """The standard every output on the card is held to: set when its baseline is measured, or read back."""
+        if self.standard is None:
+            raise RuntimeError("no correctness standard: the card's baseline was not measured")
+        return self.standard
 
 
 def _json_key(obj: Any) -> str:
@@ -76,18 +88,17 @@ class Server:
         card = spec.load_card()
         experiment = load_experiment(spec.experiment_module)
         workload, carried = build_trial_workload(spec, card, experiment)
-        state = CardState(key, spec, card, experiment, carried, None, as_built=workload)
-        self.state = state
         left: list[str] = []
         with torch_state.isolated(left):
-            state.baseline, state.baseline_on = prepare_baseline(spec, workload, experiment)
+            baseline, baseline_on = prepare_baseline(spec, workload, experiment)
         if left:
             raise RuntimeError(f"the baseline {leaves_state(left)}")
         # After the baseline's prepare: a layout or dtype it converts when it is prepared is not a mutation.
         built = {f"{k} (as built)": v for k, v in workload.inputs.items()
                  if not any(v is c for c in carried.inputs.values())}
-        state.guard = InputGuard({**built, **carried.inputs})
-        return state, time.perf_counter() - t0
+        self.state = CardState(key, spec, card, experiment, workload=carried, as_built=workload, baseline=baseline,
+                               baseline_on=baseline_on, guard=InputGuard({**built, **carried.inputs}))
+        return self.state, time.perf_counter() - t0
 
     def forget(self) -> None:
         """Drop the kept card (its tensors), e.g. before building another."""
@@ -170,12 +181,13 @@ class Server:
         key = (id(workload), prepared.calls)  # the state holds every workload it judges on: ids stay unique
         if key not in state.references:
             state.references[key] = self.reference_cache(state.spec).reference(source, state.as_built)
-        held = state.standard.precision_for(prepared.precision)
+        standard = state.held_to()
+        held = standard.precision_for(prepared.precision)
         if held is None:
-            return state.standard.judge(output, state.references[key], precision=prepared.precision)
+            return standard.judge(output, state.references[key], precision=prepared.precision)
         if id(prepared) not in state.evidence:  # what its call computes in: evidence it cannot write itself
             state.evidence[id(prepared)] = observed_precisions(prepared.fn)
-        return state.standard.judge(output, state.references[key], precision=prepared.precision,
+        return standard.judge(output, state.references[key], precision=prepared.precision,
                                     emulated=self.emulated(state, key, source, held, output.dtype),
                                     evidence=state.evidence[id(prepared)])
 
