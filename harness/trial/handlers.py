@@ -9,7 +9,7 @@ import time
 import traceback
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from harness.boundary.outcomes import TrialStatus
 from harness.boundary.replies import Confirmed, Judgement, Measured, Reply, Retimed, SideRounds, one_line, per_call
@@ -19,6 +19,11 @@ from harness.trial import torch_state
 from harness.trial.checks import named
 from harness.trial.reference_cache import save_reference_file
 from harness.trial.server import CardState, Server, annotate, free_memory, leaves_state, synchronize
+
+if TYPE_CHECKING:
+    from harness.api.experiment import Prepared
+    from harness.profile.timing import TimingResult
+    from harness.trial.measure import Measurement
 
 
 def measure(server: Server, state: CardState, request: Measure) -> Measured:
@@ -141,7 +146,7 @@ def confirm(server: Server, state: CardState, request: Confirm) -> Confirmed:
     sides = {"base": state.baseline, "best": tried}
     samples: dict[str, list[float]] = {"base": [], "best": []}
     medians: dict[str, list[float]] = {"base": [], "best": []}
-    last: dict[str, Any] = {}
+    last: dict[str, TimingResult] = {}
     t0 = time.perf_counter()
     warmups = {}
     for key, side in sides.items():
@@ -179,7 +184,7 @@ def confirm(server: Server, state: CardState, request: Confirm) -> Confirmed:
 CONFIRM_CHECKS = ("rebuilt_for_confirm", "anchored_bounds", "process_state")
 
 
-def refuse(m: Any, reason: str) -> Any:
+def refuse(m: Measurement, reason: str) -> Measurement:
     """The measurement with its card infeasible for `reason` (a check beyond its output's error)."""
     correctness = replace(m.correctness, feasible=False, note=reason)
     m.card.extra["correctness"] = correctness.as_dict()
@@ -190,8 +195,8 @@ class _Measured(Exception):
     """A request failed after its card was written (the path): the answer still names the card."""
 
 
-def _restate(state: CardState, source: str, target: str, prepared: Any, pooled: Any, round_medians: list[float],
-             warm: dict[str, Any], held: tuple[str, ...]) -> None:
+def _restate(state: CardState, source: str, target: str, prepared: Prepared, pooled: TimingResult,
+             round_medians: list[float], warm: dict[str, Any], held: tuple[str, ...]) -> None:
     """A searched card with its timing replaced by the confirm rounds' and everything derived from a time
     (per-call rates, the experiment's evidence) derived again: one time per card, whatever shows it; the
     checks the rounds held added to those it passed."""
