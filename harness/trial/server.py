@@ -19,13 +19,19 @@ from harness.trial import torch_state
 from harness.workloads.input_guard import InputGuard
 
 if TYPE_CHECKING:
+    import torch
+
     from harness.api.experiment import Experiment, Prepared
     from harness.cards.model import Card
-    from harness.trial.correctness import Standard
-    from harness.workloads.base import Workload
+    from harness.profile.base import Profiler
+    from harness.trial.correctness import Correctness, Standard
+    from harness.trial.measure import TrialChecks
+    from harness.trial.precision import Observed
+    from harness.trial.reference_cache import ReferenceCache
+    from harness.workloads.base import CallBatch, Workload
 
 
-def annotate(experiment: Any, card: Any, workload: Any) -> None:
+def annotate(experiment: Experiment, card: Card, workload: Workload) -> None:
     """The experiment's own evidence on a measured card; an infeasible card (never timed) gets none."""
     if experiment.annotate_fn is not None and card.extra.get("timing") is not None:
         experiment.annotate_fn(card, workload)
@@ -44,15 +50,15 @@ class CardState:
     baseline: Prepared  # the experiment's prepared baseline (on a round-2 card, the last variant adopted)
     baseline_on: Workload  # the workload the baseline was prepared on (a round-2 baseline's batch is its)
     guard: InputGuard  # over the inputs every variant is prepared on
-    reference: Any = None  # the workload's float64 reference, once computed or loaded
+    reference: torch.Tensor | None = None  # the workload's float64 reference, once computed or loaded
     # The float64 references of the card's workloads, draws and batches a variant was judged on, by
     # (id of the workload, calls).
-    references: dict[tuple[int, int], Any] = field(default_factory=dict)
+    references: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what could not be checked on this card, and why
     baseline_per_call_us: float | None = None  # its measured time: what the device can do, whatever the peaks say
     # Emulated references by (draw, calls, precision, output dtype); evidence by prepared variant.
-    emulated: dict[tuple[Any, ...], Any] = field(default_factory=dict)
-    evidence: dict[int, Any] = field(default_factory=dict)
+    emulated: dict[tuple[int, int, str, str], torch.Tensor | None] = field(default_factory=dict)
+    evidence: dict[int, Observed] = field(default_factory=dict)
     standard: Standard | None = None  # the rule and the baseline's error e_b, once known
 
     def held_to(self) -> Standard:
@@ -71,8 +77,8 @@ class Server:
 
     def __init__(self) -> None:
         self.state: CardState | None = None
-        self._caches: dict[str | None, Any] = {}  # harness.trial.reference_cache.ReferenceCache by folder
-        self._profilers: dict[str, Any] = {}
+        self._caches: dict[str | None, ReferenceCache] = {}  # by folder
+        self._profilers: dict[str, Profiler | None] = {}
 
     def card(self, spec: CardSpec) -> tuple[CardState, float]:
         """The spec's card, built (workload, prepared baseline) unless it is the one kept; the seconds building took."""
@@ -105,7 +111,7 @@ class Server:
         self.state = None
         free_memory()
 
-    def reference(self, state: CardState, baseline: bool) -> Any:
+    def reference(self, state: CardState, baseline: bool) -> torch.Tensor:
         """The card's float64 reference: computed (or read from the references folder) when the `baseline` is
         measured; for a trial in a new child, read back with the baseline's standard.
 
@@ -132,11 +138,14 @@ class Server:
                                                parse_dtype(saved["baseline_dtype"]), state.workload.reduction_length,
                                                saved.get("adopted_precision"))
             state.baseline_per_call_us = saved.get("baseline_per_call_us")
+        reference = state.reference
+        if reference is None:
+            raise RuntimeError("no correctness reference: the card's baseline was not measured")
         for workload in (state.workload, state.as_built, state.baseline_on):  # a carry keeps the model's reference
-            state.references[(id(workload), 1)] = state.reference
-        return state.reference
+            state.references[(id(workload), 1)] = reference
+        return reference
 
-    def reference_cache(self, spec: CardSpec) -> Any:
+    def reference_cache(self, spec: CardSpec) -> ReferenceCache:
         """The references kept on disk for the spec's run (harness.trial.reference_cache), one per folder."""
         from harness.trial.reference_cache import ReferenceCache
 
@@ -149,7 +158,7 @@ class Server:
         """The seconds this child has spent computing float64 references (read back ones cost none)."""
         return sum(cache.computing_s for cache in self._caches.values())
 
-    def profiler(self, cfg: dict[str, Any]) -> Any:
+    def profiler(self, cfg: dict[str, Any]) -> Profiler | None:
         """The run's profiler, resolved by the run (harness.profile.registry); None: time only."""
         from harness.profile import registry
 
@@ -159,7 +168,8 @@ class Server:
             self._profilers[key] = None if name in (None, "none") else registry.make(str(name), cfg)
         return self._profilers[key]
 
-    def prepare(self, state: CardState, variant: str, params: dict[str, Any], workload: Any = None) -> Any:
+    def prepare(self, state: CardState, variant: str, params: dict[str, Any],
+                workload: Workload | None = None) -> Prepared:
         """A variant prepared on the card's workload (or one of its draws); a batch it claims must be one
         the harness built, checked before anything of it runs."""
         from harness.workloads.draws import batch_for
@@ -170,7 +180,8 @@ class Server:
             batch_for(workload, prepared.calls)
         return prepared
 
-    def judge(self, state: CardState, prepared: Any, output: Any, workload: Any = None) -> Any:
+    def judge(self, state: CardState, prepared: Prepared, output: torch.Tensor,
+              workload: Workload | None = None) -> Correctness:
         """A trial's output against the float64 reference of the calls it was prepared on (the card's
         workload or a draw of it; one call, or the harness-built batch), by the standard the baseline set."""
         from harness.trial.precision import observed_precisions
@@ -191,8 +202,8 @@ class Server:
                                     emulated=self.emulated(state, key, source, held, output.dtype),
                                     evidence=state.evidence[id(prepared)])
 
-    def emulated(self, state: CardState, key: tuple[int, int], source: Any, precision: str,
-                 output_dtype: Any) -> Any:
+    def emulated(self, state: CardState, key: tuple[int, int], source: Workload | CallBatch, precision: str,
+                 output_dtype: torch.dtype) -> torch.Tensor | None:
         """The reference of `source` (a workload or its batch, judged under `key`) emulating `precision`, once
         per card; None where the op has none (a chunk) or a carried round-2 workload's inputs are not what its
         reference reads."""
@@ -228,7 +239,7 @@ class Server:
         return ("on a second draw of its activations its output is wrong: "
                 f"{Judgement.from_dict(judged.as_dict()).why_infeasible()}")
 
-    def checks(self, state: CardState, request: Measure, prepared: Any) -> Any:
+    def checks(self, state: CardState, request: Measure, prepared: Prepared) -> TrialChecks:
         """The inputs guard, the second draw and the device's physical floor for this prepared variant
         (harness.trial.measure)."""
         from harness.trial.measure import TrialChecks
