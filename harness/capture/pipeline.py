@@ -19,7 +19,7 @@ from harness.capture.factory import CaptureError, LoadedModel, load_factory, pla
 from harness.capture.profiling import Profiled, merge_profile, profile_cards
 from harness.capture.recorder import ROOT_STAGE, Group, record_forward
 from harness.capture.writer import Kept, card_of, save_inputs
-from harness.cards.model import Report, save_report, write_json_atomic
+from harness.cards.model import DEVICE_KEY, Report, save_report, write_json_atomic
 from harness.cards.rules import RuleSet, class_counts, rules_text
 
 MIN_SHARE = 0.01  # without --top: the groups above 1% of the forward are kept
@@ -130,6 +130,8 @@ def capture(options: CaptureOptions) -> CaptureResult:
     report.rules = rules_text(RuleSet.from_config(None))
     report.summary, report.by_stage = class_counts(report.cards)
     report.extra["capture"] = capture_record(options, device, forward_s, groups, kept, rest, profiled, resolution)
+    if cuda:  # the GPU its cards were recorded (and re-profiled) on: what a run's baselines reproduce it on
+        report.extra[DEVICE_KEY] = torch.cuda.get_device_name(torch.device(device))
     write_json_atomic(options.out / "groups.json", group_table(groups, kept, forward_s))
     path = options.out / "report.json"
     save_report(report, path)

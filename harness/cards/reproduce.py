@@ -145,9 +145,15 @@ def declared_device(report: Report) -> str | None:
     return str(device) if device else None
 
 
+def report_gpu(report: Report, given: str | None = None) -> str | None:
+    """The GPU the report was profiled on: `given` (`report_device=`, `--report-device`) where set, else what the
+    report declares (its `device` key, `<report>.declared.json`, or the GPU a capture ran on); None: neither."""
+    return given or declared_device(report)
+
+
 def reproduce(measured: Report, report: Report, report_device: str | None = None) -> list[CardReproduction]:
     """Each measured card's verdict against the report card of its id (`report_device`: the report's own)."""
-    device = report_device or declared_device(report)
+    device = report_gpu(report, report_device)
     out = []
     for card in measured.cards:
         try:

@@ -196,9 +196,11 @@ class HarnessConfig:
     cards: Any = None
     # auto picks cuda when torch sees a GPU, else cpu.
     device: str = "auto"
-    # The GPU the report was profiled on (it names none; the realtime runs were on H200): the end-to-end
-    # view projects a saving onto the report's times only for speedups measured on this GPU at scale 1.
-    report_device: str = "H200"
+    # The GPU the report was profiled on; null: what the report declares (its `device` key, or
+    # <report>.declared.json beside it: the shipped report's says H200; a capture declares the GPU it ran on).
+    # Baselines are said to reproduce the report, and the end-to-end view projects a saving onto the report's
+    # times, only for cards measured on this GPU (the latter at workload scale 1).
+    report_device: str | None = None
     auto: AutoConfig = field(default_factory=AutoConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     inputs: InputsConfig = field(default_factory=InputsConfig)

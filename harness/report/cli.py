@@ -42,7 +42,7 @@ from harness.cards.model import (
     write_json_atomic,
     write_text_atomic,
 )
-from harness.cards.reproduce import declared_device, reproduce
+from harness.cards.reproduce import report_gpu, reproduce
 from harness.cards.rules import NOT_ENOUGH, RuleSet, classify_report
 from harness.errors import HarnessError
 
@@ -315,7 +315,7 @@ def _cmd_import_ncu(args: argparse.Namespace) -> int:
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     measured = load_report(args.baseline)
     report = lint_report(load_report(args.report)).normalized
-    device = args.report_device or declared_device(report)
+    device = report_gpu(report, args.report_device)
     results = reproduce(measured, report, device)
     if args.json:
         print(json.dumps({"report_device": device, "cards": [r.as_dict() for r in results]}, indent=1))

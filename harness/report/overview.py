@@ -42,11 +42,13 @@ class CardResult:
             return None
         return d.speedup
 
-    def projectable(self, report_device: str) -> tuple[bool, str]:
+    def projectable(self, report_device: str | None) -> tuple[bool, str]:
         """Whether the win may be applied to the report's times, and if not, why."""
         extra = self.measured.extra if self.measured is not None else {}
         device = str((extra.get("environment") or {}).get("device_name") or "")
         scale = (extra.get("workload") or {}).get("scale")
+        if report_device is None:
+            return False, "the report names no GPU: set report_device"
         if report_device.lower() not in device.lower():
             return False, f"measured on {device or 'an unknown device'}, not the report's {report_device}"
         if scale != 1 and scale != 1.0:
@@ -75,7 +77,7 @@ def _us(card: Card) -> float:
 
 
 def render_end_to_end(report: Report, results: list[CardResult], measured_on: str,
-                      report_device: str = "H200") -> str:
+                      report_device: str | None) -> str:
     """Markdown: per card share and saving, then per resolution and stage totals."""
     chosen = best_per_card(results)
     # Keyed by the card's resolution (None for a card without one) and stage.
@@ -88,10 +90,11 @@ def render_end_to_end(report: Report, results: list[CardResult], measured_on: st
         "## End to end: the report's time and what adopting the wins would save",
         "",
         f"Speedups measured on {measured_on}. A saving is projected onto the report's card times only for "
-        f"an adopted win (feasible, confirmed FASTER, fair) measured on the report's GPU ({report_device}, "
-        "setting `report_device`) at workload scale 1; elsewhere the measured speedup is shown and the saving "
-        "reads \"not projected\". Report us: the report card's kernel-duration sum per invocation (one call of "
-        "that op at that shape); shares are of these sums (the report gives no call counts).",
+        "an adopted win (feasible, confirmed FASTER, fair) measured on the report's GPU "
+        f"({report_device or 'none named'}, setting `report_device`) at workload scale 1; elsewhere the measured "
+        "speedup is shown and the saving reads \"not projected\". Report us: the report card's kernel-duration "
+        "sum per invocation (one call of that op at that shape); shares are of these sums (the report gives no "
+        "call counts).",
         "",
         "| card | stage | report us | share of stage | share of resolution | experiment: variant | speedup | "
         "time verdict (what decided it) | check | saves us |",

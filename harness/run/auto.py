@@ -29,7 +29,7 @@ from harness.cards.model import (
     write_json_atomic,
     write_text_atomic,
 )
-from harness.cards.reproduce import Reproduction
+from harness.cards.reproduce import Reproduction, report_gpu
 from harness.cards.rules import classify_report
 from harness.config.schema import AUTO, ExperimentConfig, HarnessConfig, experiment_of
 from harness.report.html import render_index_html
@@ -124,7 +124,7 @@ def run_auto(cfg: HarnessConfig, run_dir: Path, compose: Compose, options: list[
                      f"{', '.join(names) or plan.unmatched.get(card.id, '')} |")
     notes = left_out_lines(left_out) + renamed_id_lines(report)
     lines += ["", "Sub-runs:", *sections, *([""] + notes if notes else []), "",
-              render_end_to_end(report, results, measured_on, cfg.report_device)]
+              render_end_to_end(report, results, measured_on, report_gpu(report, cfg.report_device))]
     text = "\n".join(lines) + "\n"
     write_text_atomic(run_dir / "summary.md", text)
     write_text_atomic(run_dir / "report.html", render_index_html("harness auto run", text))

@@ -17,7 +17,7 @@ from harness.cards.labels import transition
 from harness.cards.measured import experiment_evidence, facts_not_in_tables
 from harness.cards.measures import TIMING_BASIS, card_time_us
 from harness.cards.model import Card, Report, renamed_id_lines, save_report, write_json_atomic, write_text_atomic
-from harness.cards.reproduce import CardReproduction, Reproduction, headline, reproduce
+from harness.cards.reproduce import CardReproduction, Reproduction, headline, report_gpu, reproduce
 from harness.cards.rules import RuleSet, class_counts, rules_text
 from harness.cards.time_verdict import VERDICT_RULE_TEXT
 from harness.config.schema import experiment_of
@@ -78,7 +78,8 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
     write_text_atomic(ctx.run_dir / "diff.md", render_markdown(diff, title))
     reproduced = reproduction_of(ctx, outcomes)
     if reproduced is not None:
-        write_json_atomic(ctx.run_dir / REPRODUCTION_FILE, {"report_device": ctx.cfg.report_device,
+        write_json_atomic(ctx.run_dir / REPRODUCTION_FILE, {"report_device": report_gpu(ctx.report,
+                                                                                        ctx.cfg.report_device),
                                                             "cards": [r.as_dict() for r in reproduced]})
     write_text_atomic(ctx.run_dir / "summary.md", render_summary(ctx, outcomes, diffs, reproduced))
     return diff
@@ -223,7 +224,7 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
     lines.append(render_end_to_end(
         ctx.report, card_results(ctx.experiment, outcomes, diffs, other_kernels),
         measured_on=f"{ctx.environment.get('device_name')} ({ctx.device}) at workload scale {', '.join(scales)}",
-        report_device=ctx.cfg.report_device))
+        report_device=report_gpu(ctx.report, ctx.cfg.report_device)))
     return "\n".join(lines) + "\n"
 
 

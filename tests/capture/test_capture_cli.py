@@ -60,7 +60,9 @@ def test_a_captured_model_runs_through_the_harness_on_its_captured_inputs(tmp_pa
     proc = _capture("examples.capture_model:make", "--out", str(out), "--top", "6")
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = load_report(out / "report.json")
-    record = json.loads((out / "report.json").read_text())["capture"]
+    written = json.loads((out / "report.json").read_text())
+    record = written["capture"]
+    assert "device" not in written  # captured on a CPU: it declares no GPU for a run's baselines to reproduce it on
     assert record["groups"] >= 10 and record["cards"] == len(report.cards) == 6 and not record["unprofiled"]
     assert 0 < record["cards_share_of_forward"] <= record["ops_share_of_forward"] <= 1  # shares of one forward
     groups = json.loads((out / "groups.json").read_text())
@@ -144,3 +146,15 @@ def test_apply_refuses_conflicting_dtypes(tmp_path):
              for i, dtype in enumerate(("bfloat16", "float16"))]
     with pytest.raises(CaptureError, match="different dtypes"):
         model_change(Report(cards=cards))
+
+
+@pytest.mark.gpu
+def test_a_capture_on_a_gpu_declares_that_gpu(tmp_path):
+    """A run's baselines reproduce a captured report only on the GPU it was captured on (harness.cards.reproduce)."""
+    import torch
+
+    out = tmp_path / "conv"
+    proc = _capture("tests.capture.models:conv_stack", "--out", str(out), "--device", "cuda", "--no-profile",
+                    "--top", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((out / "report.json").read_text())["device"] == torch.cuda.get_device_name(0)

@@ -136,3 +136,45 @@ def test_the_fairness_note_names_what_differs_never_a_missing_machine():
     conv = measured.card("vae-480-conv3d-16to16k111t3-9507c7")
     d = diff_cards(report.card(conv.id), conv, check="effective_flops")
     assert d.fair and "H200" in d.fairness_note and "only one side records" not in d.fairness_note
+
+
+def test_the_reports_gpu_is_the_one_given_else_the_one_it_declares(tmp_path, capsys):
+    """A report of another GPU (declared H100) is not reproduced by H200 baselines, in the report command and in a
+    run alike; `--report-device` / `report_device=` overrides the declaration; a report naming none says so."""
+    from types import SimpleNamespace
+
+    from hydra import compose, initialize_config_dir
+
+    from harness.__main__ import CONF_DIR
+    from harness.cards.model import save_report
+    from harness.config.schema import typed
+    from harness.run.outputs import reproduction_of
+
+    baselines = H200 / "reprofile_ncu.json"
+    h100 = load_report()
+    h100.extra["device"] = "H100"
+    save_report(h100, tmp_path / "h100.json")
+    assert main(["reproduce", str(baselines), "--report", str(tmp_path / "h100.json"), "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["report_device"] == "H100"
+    assert {c["verdict"] for c in answer["cards"]} == {"NOT_COMPARABLE"}
+    assert all("the report on H100" in c["reason"] for c in answer["cards"])
+    assert main(["reproduce", str(baselines), "--report", str(tmp_path / "h100.json"), "--report-device", "H200",
+                 "--json"]) == 0
+    given = json.loads(capsys.readouterr().out)
+    assert {c["card"]: c["verdict"] for c in given["cards"]} == EXPECTED["reprofile_ncu.json"]
+
+    outcomes = [SimpleNamespace(baseline=card) for card in load_report(baselines).cards]
+    for overrides, verdicts in (([], {"NOT_COMPARABLE"}),
+                                (["report_device=H200"], set(EXPECTED["reprofile_ncu.json"].values()))):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            cfg = typed(compose(config_name="config", overrides=overrides))  # a run's config, as composed
+        ctx = SimpleNamespace(device="cuda", report=h100, cfg=cfg)
+        assert {r.verdict.value for r in reproduction_of(ctx, outcomes)} == verdicts  # type: ignore[arg-type]
+
+    del h100.extra["device"]
+    save_report(h100, tmp_path / "unnamed.json")
+    assert main(["reproduce", str(baselines), "--report", str(tmp_path / "unnamed.json"), "--json"]) == 0
+    unnamed = json.loads(capsys.readouterr().out)
+    assert unnamed["report_device"] is None
+    assert all("the report names no GPU" in c["reason"] for c in unnamed["cards"])
