@@ -140,15 +140,11 @@ def reproduce_card(here: Card, report_card: Card, report_device: str | None) -> 
                    f"the same kernels within +/-{TIME_BAND:.0%} ({', '.join(main_here)})" + class_note)
 
 
-def declared_device(report: Report) -> str | None:
-    device = report.extra.get(DEVICE_KEY)
-    return str(device) if device else None
-
-
 def report_gpu(report: Report, given: str | None = None) -> str | None:
     """The GPU the report was profiled on: `given` (`report_device=`, `--report-device`) where set, else what the
     report declares (its `device` key, `<report>.declared.json`, or the GPU a capture ran on); None: neither."""
-    return given or declared_device(report)
+    declared = report.extra.get(DEVICE_KEY)
+    return given or (str(declared) if declared else None)
 
 
 def reproduce(measured: Report, report: Report, report_device: str | None = None) -> list[CardReproduction]:
