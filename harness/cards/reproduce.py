@@ -118,7 +118,8 @@ def reproduce_card(here: Card, report_card: Card, report_device: str | None) -> 
         return verdict(Reproduction.NOT_COMPARABLE,
                        f"measured on {device or 'an unrecorded device'} ({source_here}): only estimates")
     if report_device is None:
-        return verdict(Reproduction.NOT_COMPARABLE, "the report names no GPU: pass --report-device")
+        return verdict(Reproduction.NOT_COMPARABLE,
+                       "the report names no GPU: give report_device= (a run) or --report-device")
     if report_device.lower() not in str(device).lower():
         return verdict(Reproduction.NOT_COMPARABLE, f"measured on {device}, the report on {report_device}")
     if not main_here or not main_report:

@@ -322,7 +322,7 @@ def _reproduction_html(reproduction: dict[str, Any]) -> str:
     rows = [[f"<code>{esc(c['card'])}</code>", f"<b>{esc(c['verdict'])}</b>", Num(esc(fmt(c.get('time_ratio'), 2))),
              esc(", ".join(c.get("families_report") or [])), esc(", ".join(c.get("families_here") or [])),
              esc(c.get("dtype_here") or ""), esc(c.get("reason") or "")] for c in cards]
-    return (f"<h2>Reproduction of the report ({esc(reproduction.get('report_device') or '')})</h2>"
+    return (f"<h2>Reproduction of the report ({esc(reproduction.get('report_device') or 'no GPU named')})</h2>"
             + html_table(["card", "verdict", "time x report", "report's kernels", "kernels here", "built in", "why"],
                          rows))
 

@@ -4,8 +4,8 @@ Each card's time is its summed kernel time in the report (one call of that op at
 report gives no call counts, so shares are of the summed card times). A card's saving, if its
 adopted variant were taken into the model, is report_us x (1 - 1/speedup), counted only when the
 speedup can stand for the report's GPU: the variant was adopted (feasible, confirmed FASTER on a
-fair same-machine comparison) and it was measured on the report's GPU model (`report_device`,
-H200 by default: the report names none) at workload scale 1. Anywhere else (a CPU, another GPU, a
+fair same-machine comparison) and it was measured on the report's GPU model (`report_device` where given,
+else what the report declares: the shipped report's H200) at workload scale 1. Anywhere else (a CPU, another GPU, a
 reduced scale) the table shows the measured speedup and "not projected". Savings are summed per
 resolution and stage (dit, vae, attention, output).
 """
