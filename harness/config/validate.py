@@ -310,8 +310,9 @@ def _override_problem(exc: BaseException, overrides: list[str], conf_dir: Path) 
 
     cause = exc.__cause__
     dotted = str(getattr(cause, "full_key", None) or "")
-    culprit = next((o for o in overrides if dotted == _override_key(o) or dotted.startswith(_override_key(o) + ".")),
-                   None)
+    # The override of that very key, else the one of a section above it (profiler=cpu before profiler.deadline_s).
+    culprit = next((o for o in overrides if dotted == _override_key(o)), None) or next(
+        (o for o in overrides if dotted.startswith(_override_key(o) + ".")), None)
     if culprit is None:
         return None
     if isinstance(cause, ValidationError):

@@ -49,6 +49,18 @@ def test_auto_is_no_experiment_and_keeps_its_own_settings():
     assert compose_checked(["experiment=vae_bf16"])[0]["auto"]["default_cards"] is None
 
 
+def test_auto_profiles_with_ncus_own_settings_where_it_picks_ncu():
+    """profiler=auto's section holds ncu's settings as conf/profiler/ncu.yaml states them (the chip's metric check,
+    the session started ahead ...), so auto's ncu runs as profiler=ncu does, and each is set the same way."""
+    import yaml
+
+    ncu = yaml.safe_load((CONF_DIR / "profiler" / "ncu.yaml").read_text())
+    auto = compose_checked([])[0]["profiler"]
+    assert auto == {**ncu, "name": "auto"} and auto["available_metrics"] == "auto"
+    assert compose_checked(["profiler.prestart=false"])[0]["profiler"]["prestart"] is False
+    assert compose_checked(["profiler=ncu", "profiler.prestart=false"])[0]["profiler"]["prestart"] is False
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -90,8 +102,8 @@ def test_auto_is_no_experiment_and_keeps_its_own_settings():
         (["experiment.predict_frm=x"], "unknown key experiment.predict_frm (did you mean experiment.predict_from?"),
         (["+workload.attention.head=4"], "unknown key workload.attention.head (did you mean workload.attention.heads?"),
         (["+n_trials=4"], "unknown key n_trials (did you mean search.n_trials?"),
-        (["profiler.deadline_s=60"], "profiler.deadline_s: not in the profiler config chosen (add it with "
-                                     "+profiler.deadline_s=60)"),
+        (["profiler=cpu", "profiler.deadline_s=60"], "profiler.deadline_s: not in the profiler config chosen (add "
+                                                     "it with +profiler.deadline_s=60)"),
         (["experiment=auto", "experiment.default_cards={costliest: 2}"],
          "experiment.default_cards: experiment=auto has no experiment settings"),
     ],
