@@ -67,7 +67,9 @@ def run_identity(cfg: Mapping[str, Any], *, device: str | None = None, profiler:
         # Both spellings of the correctness settings: experiment.tolerance and experiment.correctness.
         "correctness": {k: experiment[k] for k in ("tolerance", "correctness") if k in experiment},
         "cards": cards,
-        "workload": {k: workload.get(k) for k in ("scale", "cpu_scale", "seed", "attention", "cast")},
+        # workload.dtype only where set: a folder made before it was compared still resumes without it.
+        "workload": {k: workload.get(k) for k in ("scale", "cpu_scale", "seed", "attention", "cast")}
+        | ({"dtype": workload["dtype"]} if workload.get("dtype") else {}),
         "inputs": (cfg.get("inputs") or {}).get("dir"),
         "timing": cfg.get("timing") or {},
         "device": device,

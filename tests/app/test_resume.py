@@ -298,6 +298,11 @@ def test_the_first_difference_is_named_by_its_config_key():
     # Unknown before the run resolves them (the check before Hydra starts): not compared.
     assert first_difference(made, run_identity(_cfg())) is None
     assert first_difference(made, run_identity(_cfg(), device="cuda"))[:3] == ("device", "cpu", "cuda")
+    # What every card is built in: a resume in another dtype would mix two ops' trials in one study.
+    as_bf16 = run_identity(_cfg(workload__dtype="bfloat16"))
+    assert first_difference(made, as_bf16)[0] == "workload.dtype"
+    assert first_difference(as_bf16, run_identity(_cfg(workload__dtype="float32")))[1:3] == ("bfloat16", "float32")
+    assert first_difference(as_bf16, run_identity(_cfg()))[0] == "workload.dtype"
 
 
 def test_an_auto_sub_run_may_start_fresh_on_resume_but_not_elsewhere(tmp_path):
