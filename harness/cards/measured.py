@@ -13,8 +13,10 @@ from typing import Any
 
 from harness.cards.model import Card
 
-# Kept from the report card: its id, where the report got it, what a chunk card contains (harness.trial.chunks).
-IDENTITY_EXTRAS = frozenset({"id", "ncu_output", "scheduler_note", "contains", "chunk"})
+# Kept from the report card: its id, its op kind where the card names one (a captured op replayed as captured),
+# where the report got it, what a capture recorded of it (its share of the forward: what `capture --apply`
+# predicts from), what a chunk card contains (harness.trial.chunks).
+IDENTITY_EXTRAS = frozenset({"id", "op_kind", "ncu_output", "scheduler_note", "capture", "contains", "chunk"})
 # Added by the run around the measurement (harness.run.card_search, harness.trial.rounds), and the checks of a
 # variant beyond its output (harness.trial.physics: its time against the device's floor; torch state it left).
 RUN_EXTRAS = frozenset({"search_timing", "report_card", "baseline_drift", "confirmation", "warm_up",

@@ -97,6 +97,12 @@ def test_a_captured_model_runs_through_the_harness_on_its_captured_inputs(tmp_pa
     assert all(f"| `{card.id}` |" in summary for card in report.cards)  # each card planned: experiments or why not
     measured = [load_report(path).cards[0] for path in (tmp_path / "auto").glob("*/trials/*/baseline.json")]
     assert measured and all(c.extra["workload"]["input_source"].startswith("captured:") for c in measured)
+    # What the capture said of each card stays on its measured cards: a replayed op stays one (a round 2 from
+    # best.json builds it again), and `capture --apply` predicts from its share of the forward.
+    for card in measured:
+        captured_card = report.card(card.id)
+        assert card.op_kind == captured_card.op_kind and card.extra["capture"] == captured_card.extra["capture"]
+    assert any(card.op_kind == "replay" for card in measured)
 
 
 def _best_with(report_path: Path, out: Path, carries: dict, share: float, speedup: float) -> Path:
