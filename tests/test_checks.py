@@ -54,6 +54,15 @@ PLANTED = Check("no_autograd_graph", (Phase.FIRST_CALL, Phase.SECOND_CALL, Phase
                 "an output that keeps its inputs alive", "carries an autograd graph", judge=_carries_a_graph)
 
 
+def test_a_judge_of_an_output_at_a_phase_that_hands_it_none_is_refused_when_made():
+    """The worker hands outputs to a judge at the first call, the second and the last timed call only: a judge
+    listed for the second draw or the confirm rounds would never run, so the check is refused at once."""
+    with pytest.raises(ValueError, match="not at second draw, confirm rounds"):
+        Check("never_runs", (Phase.FIRST_CALL, Phase.SECOND_DRAW, Phase.CONFIRM), "a mistake", "a reason",
+              judge=_carries_a_graph)
+    assert Check("not_a_judge", (Phase.CONFIRM,), "a mistake", "a reason").judge is None  # run by name there
+
+
 class _GraphFrom(Counted):
     """Right values; from call `from_call` on, the output requires grad (a graph a caller would keep)."""
 

@@ -5,8 +5,9 @@ One list, one home: the worker runs the checks by these names (harness.trial.mea
 baseline, harness.trial.handlers for the confirm rounds), a measured card records the ones its variant passed
 (`extra["checks"]`), and README's table "What a win must survive" is held to this list by a test. A new check
 is a new entry here and one `look` (or `passed`) under its name where its phase runs; a check of an output alone
-is the entry alone: its `judge` runs on every output its phases observe (the first call's, the second's, the last
-timed call's). A name not listed here is a programming error, raised at once.
+is the entry alone: its `judge` runs on the output of each of its phases (OUTPUT_PHASES: the first call's, the
+second's, the last timed call's; another phase is refused when the check is made). A name not listed here is a
+programming error, raised at once.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ class Output:
     call: str  # which call: "first", "second", "last timed"
 
 
+# The phases whose output the worker hands to a check of an output alone (harness.trial.measure).
+OUTPUT_PHASES = (Phase.FIRST_CALL, Phase.SECOND_CALL, Phase.TIMED_CALLS)
+
+
 @dataclass(frozen=True)
 class Check:
     name: str
@@ -44,6 +49,12 @@ class Check:
     reason: str  # how a refusal by it reads (its beginning, or the note it leaves): README's last column
     # A check of an output alone: why `Output` is refused, or None; run at each of its phases by the worker.
     judge: Callable[[Output], str | None] | None = None
+
+    def __post_init__(self) -> None:
+        unseen = [phase.value for phase in self.phases if phase not in OUTPUT_PHASES]
+        if self.judge is not None and unseen:
+            raise ValueError(f"check {self.name}: a judge of an output runs at "
+                             f"{', '.join(p.value for p in OUTPUT_PHASES)}, not at {', '.join(unseen)}")
 
 
 CHECKS: tuple[Check, ...] = (
@@ -65,11 +76,11 @@ CHECKS: tuple[Check, ...] = (
     Check("repeated_calls", (Phase.SECOND_CALL, Phase.TIMED_CALLS),
           "state carried across calls (a buffer that accumulates)",
           "its second (last timed) call's output is wrong"),
+    Check("timer_cross_check", (Phase.TIMED_CALLS,), "timer games on a GPU (work on a side stream)",
+          "(a note on its timing)"),
     Check("physical_floor", (Phase.TIMED_CALLS,),
           "a stale output (made when prepared, a replayed buffer or cache)",
           "faster than the device can do this work: stale, memoized or skipped"),
-    Check("timer_cross_check", (Phase.TIMED_CALLS,), "timer games on a GPU (work on a side stream)",
-          "(a note on its timing)"),
     Check("rebuilt_for_confirm", (Phase.CONFIRM,),
           "a build that differs from the one checked (a nondeterministic autotuner)",
           "prepared again for the confirm rounds, its output is wrong"),
