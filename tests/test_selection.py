@@ -70,6 +70,18 @@ def test_cheapest_is_the_other_end(report):
     assert _time(cheapest[0]) == min(_time(c) for c in report.cards if c.op_kind == "linear")
 
 
+def test_among_cards_the_report_gives_no_time_a_classified_one_comes_first(report):
+    """The report's attention cards have no kernel time (its FA2 ones no class either): attention_backends'
+    default, the cheapest card of its classes, is the FA3 card the report classified, not the first in order."""
+    attention = load_experiment("experiments.attention_backends")
+    section = yaml.safe_load((CONF / "attention_backends.yaml").read_text())["experiment"]
+    untimed = [c for c in report.cards if c.op_kind == "attention"]
+    assert untimed and all(not c.summed_kernel_us for c in untimed)  # the report's defect this rule meets
+    for device in ("cpu", "cuda"):
+        chosen = select_cards(report, None, attention, section["default_cards"], device)
+        assert [c.op for c in chosen] == ["flash_attn_v3"] and chosen[0].primary is not None, chosen
+
+
 @pytest.mark.parametrize("rule, message", [
     ({"costliest": 0}, "costliest=0"),
     ({"costliest": 2, "cheapest": 1}, "not both"),

@@ -77,16 +77,21 @@ def _resolution(cards: list[Card], value: str, device: str) -> list[Card]:
     return [c for c in cards if c.resolution == target]
 
 
-def _cost(card: Card) -> tuple[float, float]:
-    return card.summed_kernel_us or 0.0, card.nominal_mac_flops or 0.0
+def _ordered(cards: Sequence[Card], costliest: bool) -> list[Card]:
+    """By the report's summed kernel time, then nominal FLOPs, the costliest or the cheapest first; among equals
+    (the report's attention cards have neither), a card the report classified before one it did not (its class
+    is what an experiment's check reads), then the report's order."""
+    sign = -1.0 if costliest else 1.0
+    return sorted(cards, key=lambda c: (sign * (c.summed_kernel_us or 0.0), sign * (c.nominal_mac_flops or 0.0),
+                                        c.primary is None))
 
 
 def _ranked(cards: list[Card], n: int, per: Sequence[str], costliest: bool) -> list[Card]:
     groups: dict[tuple[str, ...], list[Card]] = {}
     for card in cards:
         groups.setdefault(tuple(card_value(card, key) for key in per), []).append(card)
-    kept = {id(c) for group in groups.values() for c in sorted(group, key=_cost, reverse=costliest)[:n]}
-    return sorted((c for c in cards if id(c) in kept), key=_cost, reverse=costliest)
+    kept = {id(c) for group in groups.values() for c in _ordered(group, costliest)[:n]}
+    return _ordered([c for c in cards if id(c) in kept], costliest)
 
 
 def check_rule(rule: Mapping[str, Any]) -> None:
