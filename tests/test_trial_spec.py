@@ -19,6 +19,7 @@ from harness.boundary.replies import Confirmed, Judgement, Measured, SideRounds
 from harness.boundary.requests import Confirm, ConfirmPlan, Measure, Retime
 from harness.boundary.spec import AttentionSettings, CardSpec, TimingSettings
 from harness.cards.applied import AppliedVariant
+from harness.cards.disturbance import RoundTiming
 from harness.cards.lint import lint_report
 from harness.cards.measured import TrialLabel
 from harness.cards.model import load_report
@@ -66,7 +67,7 @@ def test_a_request_with_its_timing_and_confirm_plan_survives_json_and_keys_its_w
     card = load_report().card(CONV)
     spec = CardSpec(card=card.to_dict(), experiment_module="experiments.vae_channels_last", device="cpu", scale=0.1,
                     timing=TimingSettings(warmup=None, min_repeats=3, budget_s=0.1), reference_path="/r.pt")
-    plan = ConfirmPlan("channels_last_3d", {}, 8, 0.1, "b.json", "t.json", "b.json", "tried.json")
+    plan = ConfirmPlan("channels_last_3d", {}, 8, 24, 0.05, 0.1, "b.json", "t.json", "b.json", "tried.json")
     confirm = Confirm(spec=spec, plan=plan)
     again, _ = read_request(request_line(confirm))
     assert again == confirm and isinstance(again, Confirm) and again.plan == plan
@@ -84,8 +85,9 @@ def test_results_survive_json_and_every_status_has_one_meaning():
                       per_call_us=2.0, calls=4, judgement=judged, seconds={"timing_s": 1.0})
     again = read_reply(reply_line(result), Measured)
     assert again == result and not again.ok
-    rounds = Confirmed(TrialStatus.COMPLETE, baseline_rounds=SideRounds([1.0, 2.0], 1),
-                       tried_rounds=SideRounds([0.5, 0.6], 4))
+    rounds = Confirmed(TrialStatus.COMPLETE,
+                       baseline_rounds=SideRounds([RoundTiming(1.0, 1.1, 3), RoundTiming(2.0, 2.5, 4)], 1, 1, 7),
+                       tried_rounds=SideRounds([RoundTiming(0.5, 0.5, 3), RoundTiming(0.6, 0.7, 3)], 4))
     assert read_reply(reply_line(rounds), Confirmed) == rounds
     assert judged.why_infeasible() == "max_rel 0.002 > bound 0.001 (stale)"
     assert set(OUTCOMES) == set(TrialStatus)  # the table is complete

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Sequence
 
 from harness.boundary.outcomes import OUTCOMES, Outcome, TrialStatus
+from harness.cards.disturbance import RoundTiming
 from harness.errors import HarnessError
 
 
@@ -96,10 +97,13 @@ class Retimed(Reply):
 
 @dataclass(frozen=True)
 class SideRounds:
-    """One side of the confirm rounds: its median per original call in each round."""
+    """One side of the confirm rounds: each round's lower quartile and median per original call (a batched side's
+    invocation divided by its calls), and how many of its samples interference touched (harness.cards.disturbance)."""
 
-    round_us: list[float]  # per original call (a batched side's invocation divided by its calls)
+    rounds: list[RoundTiming]
     calls: int
+    disturbed_samples: int = 0
+    samples: int = 0
 
 
 @dataclass(frozen=True)

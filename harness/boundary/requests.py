@@ -81,8 +81,10 @@ class ConfirmPlan:
 
     variant: str
     params: dict[str, Any]
-    rounds: int
-    budget_s: float
+    rounds: int  # planned; more while the verdict is undecided (harness.cards.disturbance.rounds_wanted) ...
+    max_rounds: int  # ... up to this many in all
+    band: float  # the SAME band the verdict is judged by
+    budget_s: float  # each side's timing budget in a round
     baseline_card: str  # the cards the search wrote ...
     tried_card: str
     baseline_out: str  # ... and where the child writes them restated from the rounds

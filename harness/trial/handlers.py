@@ -15,8 +15,10 @@ from harness.boundary.outcomes import TrialStatus
 from harness.boundary.replies import Confirmed, Judgement, Measured, Reply, Retimed, SideRounds, one_line, per_call
 from harness.boundary.requests import CardRequest, Confirm, Measure, Retime
 from harness.boundary.spec import TimingSettings
+from harness.hardware.cpu_load import load_between, snapshot
 from harness.trial import torch_state
 from harness.trial.checks import named
+from harness.trial.paired_rounds import PairedRounds, SideTiming, competition, run_rounds
 from harness.trial.reference_cache import save_reference_file
 from harness.trial.server import CardState, Server, annotate, free_memory, leaves_state, synchronize
 
@@ -116,16 +118,19 @@ def retime(server: Server, state: CardState, request: Retime) -> Retimed:
                    seconds={"timing_s": time.perf_counter() - t0})
 
 def confirm(server: Server, state: CardState, request: Confirm) -> Confirmed:
-    """Baseline and best in paired rounds, interleaved A B, B A, A B, ... (ABBA), one median per side a
-    round; both cards restated from the rounds, written where the plan says.
+    """Baseline and best in paired rounds, interleaved A B, B A, A B, ... (ABBA), each side's samples of a round
+    summarised by their lower quartile and median, more rounds while the verdict is undecided
+    (harness.trial.paired_rounds); both cards restated from the rounds, written where the plan says.
 
     The best variant is prepared again for the rounds, so it is checked again before any of them: a
     build that differs from the one the search checked (a nondeterministic autotuner) must not be
     confirmed unchecked. Both sides are warmed up until their timings are stable before the first
     round, so a cold first call (a resumed run, a fresh worker) cannot decide anything. Each round
     times A and B back to back, the order alternating, so a linear drift across the rounds hits both
-    alike and cancels in the paired ratios the parent's verdict is computed from.
+    alike and cancels in the paired ratios the parent's verdict is computed from (harness.cards.disturbance).
     """
+    import torch
+
     from harness.trial.measure import time_callable, warm_up_until_stable
 
     plan = request.plan
@@ -144,8 +149,6 @@ def confirm(server: Server, state: CardState, request: Confirm) -> Confirmed:
         return Confirmed(TrialStatus.INFEASIBLE, reason="prepared again for the confirm rounds, its output "
                            f"is wrong: {Judgement.from_dict(judged.as_dict()).why_infeasible()}")
     sides = {"base": state.baseline, "best": tried}
-    samples: dict[str, list[float]] = {"base": [], "best": []}
-    medians: dict[str, list[float]] = {"base": [], "best": []}
     last: dict[str, TimingResult] = {}
     t0 = time.perf_counter()
     warmups = {}
@@ -154,30 +157,35 @@ def confirm(server: Server, state: CardState, request: Confirm) -> Confirmed:
             warmups[key] = warm_up_until_stable(side.fn, state.workload.device)
     settings = TimingSettings(warmup=1, min_repeats=3, budget_s=plan.budget_s,
                               cuda_graph=state.spec.timing.cuda_graph)
-    for number in range(plan.rounds):
-        order = ("base", "best") if number % 2 == 0 else ("best", "base")
-        for key in order:
-            with torch_state.isolated(left):  # neither side's round runs under what the other left
-                timing = time_callable(sides[key].fn, state.workload.device, settings)
-            samples[key].extend(timing.samples_us)
-            medians[key].append(timing.median_us)
-            last[key] = timing
+    cores = torch.get_num_threads() if state.workload.device == "cpu" else None  # what the rounds keep busy
+
+    def time_side(key: str) -> SideTiming:
+        before = snapshot()
+        with torch_state.isolated(left):  # neither side's round runs under what the other left
+            last[key] = time_callable(sides[key].fn, state.workload.device, settings)
+        return competition(last[key].samples_us, load_between(before, snapshot()), cores)
+
+    paired = run_rounds(time_side, {key: side.calls for key, side in sides.items()}, plan.rounds,
+                        plan.max_rounds, plan.band)
     seconds = time.perf_counter() - t0
     if left:
         return Confirmed(TrialStatus.INFEASIBLE, reason=f"in the confirm rounds, a side {leaves_state(left)}")
     paths = {"base": (plan.baseline_card, plan.baseline_out), "best": (plan.tried_card, plan.tried_out)}
     for key, (source, target) in paths.items():
         pooled = type(last[key]).from_samples(
-            samples[key], warmup=warmups[key]["calls"],
-            method=f"{last[key].method}, {plan.rounds} paired rounds in ABBA order with the other side",
+            [s for samples in paired.samples[key] for s in samples], warmup=warmups[key]["calls"],
+            method=f"{last[key].method}, {len(paired)} paired rounds in ABBA order with the other side",
             device_name=last[key].device_name, clock_mhz=last[key].clock_mhz)
-        _restate(state, source, target, sides[key], pooled, medians[key], warmups[key],
+        medians = [r.median_us * sides[key].calls for r in paired.rounds[key]]  # per invocation, as timed
+        _restate(state, source, target, sides[key], pooled, medians, warmups[key],
                  CONFIRM_CHECKS if key == "best" else ("process_state",))
-    return Confirmed(
-        TrialStatus.COMPLETE, seconds={"timing_s": seconds},
-        baseline_rounds=SideRounds([per_call(m, sides["base"].calls) for m in medians["base"]],
-                                   sides["base"].calls),
-        tried_rounds=SideRounds([per_call(m, tried.calls) for m in medians["best"]], tried.calls))
+    return Confirmed(TrialStatus.COMPLETE, seconds={"timing_s": seconds},
+                     baseline_rounds=_side(paired, "base"), tried_rounds=_side(paired, "best"))
+
+
+def _side(paired: PairedRounds, key: str) -> SideRounds:
+    disturbed, samples = paired.disturbed(key)
+    return SideRounds(paired.rounds[key], paired.calls[key], disturbed_samples=disturbed, samples=samples)
 
 
 # What the confirm rounds hold the best to: prepared again and judged before any round, each round's state kept.

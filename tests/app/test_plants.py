@@ -18,11 +18,11 @@ from harness.boundary.outcomes import TrialStatus
 from harness.boundary.replies import Measured
 from harness.boundary.requests import ConfirmPlan
 from harness.boundary.spec import CardSpec, CorrectnessRule, TimingSettings
+from harness.cards.disturbance import robust_verdict
 from harness.cards.dtype import card_dtype
 from harness.cards.lint import lint_report
 from harness.cards.measured import TrialLabel
 from harness.cards.model import load_report
-from harness.cards.noise import paired_verdict
 from harness.run.worker import CardSession, TrialWorker
 from harness.trial.checks import CHECKS
 
@@ -123,13 +123,13 @@ def test_the_honest_wins_are_confirmed_faster(plants: Plants, variant: str):
     measured = plants.trial(variant)
     assert measured.ok, measured.reason
     folder = plants.folder
-    plan = ConfirmPlan(variant, {}, 6, 0.05, str(folder / "baseline.json"), str(measured.card_path),
+    plan = ConfirmPlan(variant, {}, 6, 6, 0.05, 0.05, str(folder / "baseline.json"), str(measured.card_path),
                        str(folder / f"confirmed_base_{variant}.json"), str(folder / f"confirmed_{variant}.json"))
     confirmed = plants.session.confirm(plan)
     assert confirmed.ok, confirmed.reason
     assert confirmed.baseline_rounds and confirmed.tried_rounds
-    verdict = paired_verdict(confirmed.baseline_rounds.round_us, confirmed.tried_rounds.round_us, 0.05)
-    assert verdict.verdict == "FASTER", verdict.describe()
+    verdict = robust_verdict(confirmed.baseline_rounds.rounds, confirmed.tried_rounds.rounds, 0.05)
+    assert verdict.verdict == "FASTER", verdict.rule()
     # The batch's time is per original call: about a quarter of its invocation's.
     assert confirmed.tried_rounds.calls == (4 if variant == "honest_batch" else 1)
     # The restated card names what the rounds held it to, beside what its trial passed.
@@ -143,7 +143,7 @@ def test_a_plant_is_refused_again_when_the_confirm_prepares_it_anew(plants: Plan
     searched = plants.trial("flaky_build")
     assert searched.ok, searched.reason  # its first two builds (both draws) are right
     folder = plants.folder
-    plan = ConfirmPlan("flaky_build", {}, 2, 0.02, str(folder / "baseline.json"), str(searched.card_path),
+    plan = ConfirmPlan("flaky_build", {}, 2, 2, 0.05, 0.02, str(folder / "baseline.json"), str(searched.card_path),
                        str(folder / "confirm_base_x.json"), str(folder / "confirm_tried_x.json"))
     confirmed = plants.session.confirm(plan)
     assert confirmed.status is TrialStatus.INFEASIBLE

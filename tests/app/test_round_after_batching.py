@@ -39,14 +39,14 @@ def test_round_two_after_a_batched_adoption_is_judged_and_timed_per_original_cal
         trial = session.measure(variant="batched", params={"k": 8}, label=TRIAL,
                                 card_path=tmp_path / "trial.json")
         assert trial.ok, trial.reason
-        plan = ConfirmPlan("batched", {"k": 8}, 2, 0.02, str(tmp_path / "baseline.json"), str(trial.card_path),
+        plan = ConfirmPlan("batched", {"k": 8}, 2, 2, 0.05, 0.02, str(tmp_path / "baseline.json"), str(trial.card_path),
                            str(tmp_path / "baseline_confirmed.json"), str(tmp_path / "tried.json"))
         confirmed = session.confirm(plan)
         assert confirmed.ok, confirmed.reason
         assert confirmed.baseline_rounds.calls == 4 and confirmed.tried_rounds.calls == 8
         restated = load_report(tmp_path / "baseline_confirmed.json").cards[0].extra
         rounds = restated["timing"]["round_medians_us"]  # per invocation of 4 calls, as the card's timing
-        assert confirmed.baseline_rounds.round_us == [r / 4 for r in rounds]
+        assert [r.median_us for r in confirmed.baseline_rounds.rounds] == [r / 4 for r in rounds]
         assert restated["variant"]["per_call_us"] == restated["timing"]["median_us"] / 4
     finally:
         worker.close()
