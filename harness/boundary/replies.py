@@ -222,6 +222,7 @@ class Described(Reply):
     chunk_cards: list[dict[str, Any]] = field(default_factory=list)  # the report's chunk cards (harness.trial.chunks)
     cast_frames: dict[str, int] = field(default_factory=dict)  # cast card id -> frames its report pair tells
     unavailable: dict[str, str] = field(default_factory=dict)  # the report's op kinds this install cannot build
+    noise_probe: dict[str, Any] = field(default_factory=dict)  # harness.trial.noise_probe's figures, when asked
 
     def experiment(self, label: str) -> ExperimentFacts:
         """The facts of one described experiment; ExperimentError (its one line) when it could not be loaded."""

@@ -45,6 +45,7 @@ class Describe(Request[Described]):
     config: dict[str, Any] | None = None  # the run's config, plain: with a device, the environment (its hash)
     profiler: dict[str, Any] | None = None  # the profiler section (its metric set): resolved for the device
     report: dict[str, Any] | None = None  # a normalized report (Report.to_dict()): what the workloads derive
+    noise_probe_s: float | None = None  # with a device: the A/A probe of the machine's noise, this long
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -146,6 +146,9 @@ class TimingConfig:
     # CPU only: torch threads of the measuring worker; null keeps torch's default (one per core). On a
     # shared machine, 1 avoids the multi-millisecond stalls of threads waiting for a busy core.
     cpu_threads: int | None = bounded(None, low=1)
+    # Seconds of the A/A probe the worker runs before the first card (harness.trial.noise_probe): with the confirm
+    # rounds, what the run's noise verdict (run.json's `noise`, summary.md's first lines) is read from. 0: none.
+    noise_probe_s: float = bounded(0.2, low=0)
 
 
 @dataclass

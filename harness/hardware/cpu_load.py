@@ -81,9 +81,14 @@ def load_between(before: CpuSnapshot, after: CpuSnapshot) -> CpuLoad:
 
 
 def _process_ticks(pid: int | None) -> int:
-    """utime + stime of a process (every thread), in ticks; its command name may hold spaces and parentheses."""
     with open(f"/proc/{'self' if pid is None else pid}/stat", encoding="ascii", errors="replace") as f:
-        after_name = f.read().rsplit(")", 1)[1].split()
+        return process_ticks(f.read())
+
+
+def process_ticks(stat: str) -> int:
+    """utime + stime (every thread) from a /proc/PID/stat line, in ticks; the command name in parentheses may
+    hold spaces and parentheses of its own, so the fields are counted from its last closing one."""
+    after_name = stat.rsplit(")", 1)[1].split()
     return int(after_name[11]) + int(after_name[12])  # fields 14 and 15 of proc(5)
 
 

@@ -311,7 +311,18 @@ def _run_intro(run_dir: Path, files: RunFiles, experiment: str | None) -> str:
         facts.append([esc(name), Num(esc(fmt(value, 2)))])
     env_rows = [[esc(k), esc(v)] for k, v in env.items()]
     details = f"<details><summary>environment</summary>{html_table(['key', 'value'], env_rows)}</details>"
-    return _reproduction_html(files.reproduction) + html_table(["run", ""], facts) + (details if env_rows else "")
+    return (_noise_html(run.get("noise")) + _reproduction_html(files.reproduction) + html_table(["run", ""], facts)
+            + (details if env_rows else ""))
+
+
+def _noise_html(noise: dict[str, Any] | None) -> str:
+    """The run's noise verdict (harness.run.noise), first on the page: quiet, or noisy with why and what to do."""
+    if not noise:
+        return ""
+    if noise.get("verdict") == "quiet":
+        return f'<p id="noise" class="note">Machine: quiet ({esc(noise.get("summary") or "")}).</p>'
+    return (f'<p id="noise" role="alert"><b>Machine: noisy</b> ({esc("; ".join(noise.get("reasons") or []))}): '
+            f'{esc(noise.get("advice") or "")}.</p>')
 
 
 def _reproduction_html(reproduction: dict[str, Any]) -> str:

@@ -46,11 +46,11 @@ class Progress:
         return [c for c in self.cards if c not in self.cards_done]
 
 
-def note_progress(stop: BaseException, ctx: RunContext, cards_done: list[str], cards: list[str]) -> None:
+def note_progress(stop: BaseException, ctx: RunContext, done: list[CardOutcome], cards: list[str]) -> None:
     """Attach to `stop` how far the run of `ctx` (with experiment=auto, the sub-run's) got, for `record_stop`."""
-    facts = {"phases": dict(ctx.phases), "environment": ctx.environment, "storage": describe_url(ctx.storage),
-             "worker": ctx.cfg.search.worker}
-    setattr(stop, PROGRESS_ATTR, Progress(ctx.run_dir, list(cards_done), list(cards), facts))
+    facts = {"phases": dict(ctx.phases), "noise": ctx.noise(done).as_dict(), "environment": ctx.environment,
+             "storage": describe_url(ctx.storage), "worker": ctx.cfg.search.worker}
+    setattr(stop, PROGRESS_ATTR, Progress(ctx.run_dir, [o.card_id for o in done], list(cards), facts))
 
 
 def banner(cards_done: int, cards_total: int | None, signal_name: str, resume_cmd: str,

@@ -46,6 +46,10 @@ def _described(request: Describe) -> Described:
     environment = describe_environment(device, config) if device is not None and config is not None else {}
     profiler, notes, profiler_error = _profiler(request.profiler, device)
     derived = _derived(request.report) if request.report is not None else {}
+    if device is not None and request.noise_probe_s:
+        from harness.trial.noise_probe import probe
+
+        derived["noise_probe"] = probe(request.noise_probe_s, device)
     return Described(TrialStatus.COMPLETE, experiments=experiments, experiment_errors=errors, device=device,
                      device_error=device_error, environment=environment, profiler=profiler, profiler_notes=notes,
                      profiler_error=profiler_error, **derived)

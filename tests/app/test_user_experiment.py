@@ -71,6 +71,13 @@ def test_an_identical_variant_is_never_faster_or_slower_and_is_not_adopted(tmp_p
     assert (lo <= 1.02 and hi >= 0.98) or row["timing_verdict"] == "SAME"
     kept = load_report(tmp_path / "best.json").cards[0]
     assert kept.extra["harness"]["role"] == "baseline"  # the card keeps its baseline
+    # The run says how noisy the machine was, first (run.json and summary.md's first line after the title), with
+    # the probe and the confirm rounds it read that from.
+    noise = json.loads((tmp_path / "run.json").read_text())["noise"]
+    assert noise["verdict"] in ("quiet", "noisy") and noise["probe"]["verdict"] in ("SAME", "INCONCLUSIVE")
+    assert noise["confirm"]["rounds"] >= 8 and noise["confirm"]["samples"] > 0
+    first = (tmp_path / "summary.md").read_text().splitlines()[2]
+    assert first.replace("*", "").startswith(f"Machine: {noise['verdict']} (")
 
 
 @pytest.mark.slow
