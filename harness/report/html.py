@@ -39,6 +39,7 @@ from harness.cards.measures import (
 )
 from harness.cards.model import Card, Report, write_text_atomic
 from harness.cards.time_verdict import VERDICT_RULE_TEXT
+from harness.report.bars import bars_source, disagreement
 from harness.report.html_parts import CSP, CSS, Num, anchor, esc, html_table
 from harness.report.markdown_html import markdown_to_html
 from harness.report.plots import MAX_KERNEL_ROWS, kernel_bars_svg, roofline_svg
@@ -162,10 +163,13 @@ def _kernel_block(view: CardView) -> str:
                        f"{after} us per original call (/ {calls_a})"] if batched else []
     table = html_table(["family", "kernels", f"{before} us ({KERNEL_SUM_BASIS})", f"{after} us ({KERNEL_SUM_BASIS})",
                         *per_call_header, ""], table_rows, classes)
+    disagrees = disagreement(view.before, view.after, view.diff)
     return (f'<figure class="kernels">{svg}<figcaption>Kernels by family, {before} vs {after}, the profiler\'s '
             f"kernel-duration sums per original call (the table gives them per invocation): a family present "
-            f"before and absent after is marked removed (hatched), a new one added.</figcaption></figure>"
-            f"{more}<details{' open' if len(rows) <= 8 else ''}><summary>kernel table</summary>{table}</details>")
+            f"before and absent after is marked removed (hatched), a new one added. Bars: "
+            f"{esc(bars_source(view.before, view.after, view.sides))}.</figcaption></figure>"
+            + (f'<p class="note" role="note"><b>Bars vs verdict:</b> {esc(disagrees)}</p>' if disagrees else "")
+            + f"{more}<details{' open' if len(rows) <= 8 else ''}><summary>kernel table</summary>{table}</details>")
 
 
 def _evidence_table(evidence: Mapping[str, Any]) -> str:
