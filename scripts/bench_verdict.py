@@ -1,4 +1,4 @@
-"""How well the paired-rounds verdict (harness.cards.noise.paired_verdict) behaves on this CPU.
+"""How well the confirm rounds' verdict (harness.cards.disturbance.robust_verdict) behaves on this CPU.
 
     python scripts/bench_verdict.py [--repeats 20] [--rounds 12] [--budget-s 0.05]
 
@@ -11,9 +11,11 @@ one thread (two workers sharing the cores would otherwise fight over them). Two 
   the work with the same kernel and shapes. The actual factor is measured independently by one long
   unpaired timing of each side (the ratio of medians) and printed next to the planted one.
 
-Protocol per verdict: both sides warmed up until stable (harness.profile.timing.warm_up), then
-`--rounds` rounds in ABBA order, each side timed by time_cpu for `--budget-s` seconds a round (one
-warm-up call), one median per side a round; then paired_verdict(baseline, variant, band=0.05).
+Protocol per verdict, the worker's confirm step's: both sides warmed up until stable (harness.profile.timing.
+warm_up), then `--rounds` rounds in ABBA order (harness.trial.paired_rounds.run_rounds: more while undecided, up to
+3x), each side timed by time_cpu for `--budget-s` seconds a round (one warm-up call) with the competition of other
+processes measured; then robust_verdict(baseline, variant, band=0.05). Beside it, the old rule on the same rounds
+(paired_verdict on each round's median), so a busy machine shows what the new rule changed.
 
 Printed: the A/A false-verdict rate, the 1.5x detection rate (SLOWER), the median 95% CI half-width
 (relative: exp(h) - 1 for the half-width h of the log-speedup interval), and the smallest change the
@@ -32,24 +34,34 @@ from typing import Any, Callable
 
 import torch
 
+from harness.cards.disturbance import MORE_ROUNDS_CAP, robust_verdict
 from harness.cards.noise import PairedVerdict, paired_verdict
+from harness.hardware.cpu_load import load_between, snapshot
 from harness.profile.timing import time_cpu, warm_up
+from harness.trial.paired_rounds import SideTiming, competition, run_rounds
 
 BAND = 0.05
 SIZE = 256
 PLANTED = 1.5
 
 
-def judge(base: Callable[[], Any], variant: Callable[[], Any], rounds: int, budget_s: float) -> PairedVerdict:
-    """One paired-rounds verdict of `variant` against `base`, as the worker's confirm step makes it."""
+def judge(base: Callable[[], Any], variant: Callable[[], Any], rounds: int,
+          budget_s: float) -> tuple[PairedVerdict | None, PairedVerdict]:
+    """(the robust verdict's interval, None when too few rounds were kept; the medians' verdict) of `variant`
+    against `base`, as the worker's confirm step takes them."""
     warm_up(base)
     warm_up(variant)
-    sides = {"base": base, "variant": variant}
-    medians: dict[str, list[float]] = {"base": [], "variant": []}
-    for number in range(rounds):
-        for key in ("base", "variant") if number % 2 == 0 else ("variant", "base"):
-            medians[key].append(time_cpu(sides[key], warmup=1, min_repeats=3, budget_s=budget_s).median_us)
-    return paired_verdict(medians["base"], medians["variant"], BAND)
+    sides = {"base": base, "best": variant}
+
+    def time_side(key: str) -> SideTiming:
+        before = snapshot()
+        samples = time_cpu(sides[key], warmup=1, min_repeats=3, budget_s=budget_s).samples_us
+        return competition(samples, load_between(before, snapshot()), torch.get_num_threads())
+
+    paired = run_rounds(time_side, {"base": 1, "best": 1}, rounds, MORE_ROUNDS_CAP * rounds, BAND)
+    robust = robust_verdict(paired.rounds["base"], paired.rounds["best"], BAND)
+    medians = [[r.median_us for r in paired.rounds[side][:rounds]] for side in ("base", "best")]
+    return robust.paired if robust.paired else None, paired_verdict(*medians, BAND)
 
 
 def half_width(v: PairedVerdict) -> float:
@@ -57,11 +69,15 @@ def half_width(v: PairedVerdict) -> float:
     return (math.log(v.ci[1]) - math.log(v.ci[0])) / 2
 
 
-def report(name: str, verdicts: list[PairedVerdict]) -> float:
+def report(name: str, verdicts: list[PairedVerdict | None]) -> float:
     """Print one pair's verdict counts and CI width; return its median half-width (log space)."""
-    counts = Counter(v.verdict for v in verdicts)
-    h = statistics.median(half_width(v) for v in verdicts)
-    speedups = statistics.median(v.speedup for v in verdicts)
+    counts = Counter(v.verdict if v else "INCONCLUSIVE (too few rounds kept)" for v in verdicts)
+    judged = [v for v in verdicts if v is not None]
+    if not judged:
+        print(f"{name}: {dict(counts)}")
+        return math.inf
+    h = statistics.median(half_width(v) for v in judged)
+    speedups = statistics.median(v.speedup for v in judged)
     print(f"{name}: {dict(sorted(counts.items()))}; median speedup {speedups:.3f}x, "
           f"median 95% CI half-width +/-{math.expm1(h):.2%}")
     return h
@@ -101,12 +117,14 @@ def main() -> None:
 
     same = [judge(two, two_again, args.rounds, args.budget_s) for _ in range(args.repeats)]
     slow = [judge(two, three, args.rounds, args.budget_s) for _ in range(args.repeats)]
-    h_same = report("A/A", same)
-    report(f"{PLANTED}x slowdown", slow)
-    false = sum(v.verdict in ("FASTER", "SLOWER") for v in same)
-    detected = sum(v.verdict == "SLOWER" for v in slow)
-    print(f"A/A false-verdict rate (FASTER or SLOWER): {false}/{args.repeats}")
-    print(f"{PLANTED}x detection rate (SLOWER): {detected}/{args.repeats}")
+    h_same = report("A/A (robust rule)", [robust for robust, _ in same])
+    report("A/A (old rule: medians)", [medians for _, medians in same])
+    report(f"{PLANTED}x slowdown (robust rule)", [robust for robust, _ in slow])
+    report(f"{PLANTED}x slowdown (old rule: medians)", [medians for _, medians in slow])
+    false = sum(v is not None and v.verdict in ("FASTER", "SLOWER") for v, _ in same)
+    detected = sum(v is not None and v.verdict == "SLOWER" for v, _ in slow)
+    print(f"A/A false-verdict rate (FASTER or SLOWER, robust rule): {false}/{args.repeats}")
+    print(f"{PLANTED}x detection rate (SLOWER, robust rule): {detected}/{args.repeats}")
     print(f"smallest resolved change: about {(1 + BAND) * math.exp(h_same) - 1:.1%} "
           f"((1 + band) x exp(median A/A half-width) - 1: the interval must clear the band edge)")
     print(f"wall time: {time.perf_counter() - started:.0f} s")
