@@ -140,6 +140,15 @@ def timed_rounds(before: LoadedModel, after: LoadedModel, rounds: int, budget_s:
     return before_us, after_us
 
 
+def _why_nothing(best: Report, change: ModelChange) -> str:
+    """Why nothing of best.json changes the model: no card adopted a variant, or every adopted one is one op's."""
+    if change.not_applicable:
+        return (f"each of the {len(change.not_applicable)} adopted variant(s) is one op's kernel or implementation "
+                "choice, not a property of the model's tensors (listed below)")
+    return (f"none of the {len(best.cards)} card(s) of the best.json adopted a variant (each kept its baseline: "
+            "no variant was confirmed FASTER)")
+
+
 def apply_best(loaded: LoadedModel, best: Report, rounds: int, budget_s: float, cuda: bool) -> dict[str, Any]:
     """The model-level result of applying best.json's adopted carries (see the module docstring)."""
     change = model_change(best)
@@ -147,7 +156,7 @@ def apply_best(loaded: LoadedModel, best: Report, rounds: int, budget_s: float, 
                               "memory_formats": sorted(change.memory_formats), "dtypes": sorted(change.dtypes),
                               "predicted_speedup": change.predicted_speedup()}
     if not change.applied:
-        result["verdict"] = "NOTHING APPLIED"
+        result.update(verdict="NOTHING APPLIED", why_nothing=_why_nothing(best, change))
         return result
     after = changed_model(loaded, change)
     result["max_rel_output_change"] = output_change(loaded, after)

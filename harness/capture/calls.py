@@ -7,9 +7,11 @@ output, stride, padding, dilation, groups), `aten.scaled_dot_product_attention.d
 over every key: valid = allocated = the key length), `aten.to.dtype` (a cast on the same device). A call
 of those that the workload cannot express (a masked or causal SDPA, a conv with asymmetric 'same'
 padding, an unbatched input) and every other op is a `replay` card: the call itself, encoded by
-harness.workloads.call_codec. An in-place call, a view (its output shares its input's storage: no work of
-its own), an allocation (`empty_like`: its output is uninitialised), or one whose arguments have no JSON form
-is recorded (its time counts) but not replayable.
+harness.workloads.call_codec. An in-place call (`relu_`, `ReLU(inplace=True)`, `out += x`, `out=`) is a replay
+card of the in-place op (`aten.relu_.default`, `aten.add_.Tensor`) on what its target held before the call (the
+recorder's copy; `writes` names it), so that its replay writes into a copy of those values. A view (its output
+shares its input's storage: no work of its own), an allocation (`empty_like`: its output is uninitialised), or a
+call whose arguments have no JSON form is recorded (its time counts) but not replayable.
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ _CASTS = {torch.Tensor.float: torch.float32, torch.Tensor.half: torch.float16,
 _DUNDER_OPS = {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__rsub__": "rsub", "__mul__": "mul",
                "__rmul__": "mul", "__truediv__": "div", "__rtruediv__": "div", "__matmul__": "matmul",
                "__neg__": "neg", "__pow__": "pow", "__rpow__": "pow", "__getitem__": "index", "__mod__": "remainder",
-               "__floordiv__": "floor_divide", "__and__": "bitwise_and", "__or__": "bitwise_or"}
+               "__floordiv__": "floor_divide", "__and__": "bitwise_and", "__or__": "bitwise_or",
+               # In place (`out += x`): the aten op that writes into its first argument.
+               "__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_", "__itruediv__": "div_",
+               "__ipow__": "pow_", "__iand__": "bitwise_and_", "__ior__": "bitwise_or_"}
 
 
 @dataclass
@@ -116,7 +121,10 @@ def _attention(args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> CallS
         return None
     batch, heads, queries, head_dim = (int(d) for d in q.shape)
     keys = int(k.shape[2])
-    params = {"role": "self", "batch": batch, "heads": heads, "head_dim": head_dim, "queries": queries,
+    # A capture sees shapes, not where the keys came from: queries over as many keys is self-attention, over
+    # another number of keys cross-attention (a text context; a self-attention over a KV cache reads as cross).
+    role = "self" if keys == queries else "cross"
+    params = {"role": role, "batch": batch, "heads": heads, "head_dim": head_dim, "queries": queries,
               "valid_keys": keys, "allocated_keys": keys, "input_dtype": dtype_name(q.dtype)}
     return CallShape("aten.scaled_dot_product_attention.default", "attention", params, {"q": q, "k": k, "v": v},
                      ("q", "k", "v"))
@@ -166,13 +174,14 @@ def in_place(func: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
 
 
 def describe_call(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
-                  constants: set[int]) -> CallShape:
-    """The call as a card's op; `constants` are the ids of the model's parameters and buffers."""
-    known = _KNOWN.get(func)
+                  constants: set[int], written: torch.Tensor | None = None) -> CallShape:
+    """The call as a card's op; `constants` are the ids of the model's parameters and buffers; `written`, for an
+    in-place call, a copy of what its target held before the call (the replay writes into a copy of that)."""
+    known = _KNOWN.get(func) if written is None else None
     shape = known(args, kwargs, out) if known is not None else (
-        _cast(func, args, out) if func is torch.Tensor.to or func in _CASTS else None)
+        _cast(func, args, out) if written is None and (func is torch.Tensor.to or func in _CASTS) else None)
     if shape is None:
-        shape = _replay(func, args, kwargs, out, constants)
+        shape = _replay(func, args, kwargs, out, constants, written)
     shape.layouts = {name: describe_tensor(t)["layout"] for name, t in shape.tensors.items()}
     return shape
 
@@ -188,8 +197,36 @@ def aliases_an_input(out: Any, tensors: dict[str, torch.Tensor]) -> bool:
 _UNINITIALISED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
 
 
+def written_tensor(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """The tensor an in-place call writes into (its `out=`, else its first argument); None for any other call."""
+    if not in_place(func, kwargs):
+        return None
+    target = kwargs.get("out") if kwargs.get("out") is not None else (args[0] if args else None)
+    return target if isinstance(target, torch.Tensor) else None
+
+
+def _in_place_op(op: str) -> str:
+    """`aten.relu.default` called with inplace=True runs `aten.relu_.default`, where aten has that op."""
+    parts = op.split(".")
+    if len(parts) < 2 or parts[0] != "aten" or parts[1].endswith("_"):
+        return op
+    packet = getattr(torch.ops.aten, f"{parts[1]}_", None)
+    return f"aten.{parts[1]}_.{parts[2]}" if packet is not None and len(parts) > 2 else op
+
+
+def _call_dtype(tensors: dict[str, torch.Tensor], args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
+    """The dtype the call computes in: its first floating tensor's; for a call with none (`torch.arange`,
+    `torch.zeros`), the dtype it names for itself (`dtype=`), else its output's."""
+    floating = next((t.dtype for t in tensors.values() if t.is_floating_point()), None)
+    named = kwargs.get("dtype") if isinstance(kwargs.get("dtype"), torch.dtype) else None
+    result = out if isinstance(out, torch.Tensor) else None
+    return floating or named or (result.dtype if result is not None and result.is_floating_point() else None)
+
+
 def _replay(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
-            constants: set[int]) -> CallShape:
+            constants: set[int], written: torch.Tensor | None = None) -> CallShape:
+    """A replay card's call. `written`: what an in-place call's target held before it wrote (the recorder's copy),
+    recorded in its place, so that the replay writes into a copy of the same values (`writes` names it)."""
     op = aten_name(func)
     tensors: dict[str, torch.Tensor] = {}
     names: dict[int, str] = {}
@@ -197,20 +234,30 @@ def _replay(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     def name_of(tensor: torch.Tensor) -> str:
         return names.setdefault(id(tensor), f"arg{len(names)}")
 
-    why = "it writes into its input (in place)" if in_place(func, kwargs) else None
+    target = written_tensor(func, args, kwargs)
+    if target is not None and written is not None:
+        args = tuple(written if a is target else a for a in args)
+        kwargs = {k: written if v is target else v for k, v in kwargs.items()}
+        op = _in_place_op(op)
     try:
         params: dict[str, Any] = {"callable": qualified_name(func), "args": encode(list(args), tensors, name_of),
                                   "kwargs": encode(dict(kwargs), tensors, name_of)["dict"]}
     except NotEncodable as exc:
         return CallShape(op, REPLAY, {"callable": op}, {}, (), replayable=f"not replayable: {exc}")
-    if why is None and aliases_an_input(out, tensors):
+    why = None
+    if target is not None:
+        if written is None or id(written) not in names:
+            why = "it writes into a tensor the recorder did not copy before the call (in place)"
+        else:
+            params["writes"] = names[id(written)]
+    elif aliases_an_input(out, tensors):
         why = "its output is a view of its input (no work of its own)"
     if why is None and op.startswith("aten.") and op.split(".")[1] in _UNINITIALISED:
         why = "its output is uninitialised memory (an allocation: no values to check, no work to time)"
     params["tensors"] = {name: describe_tensor(t) for name, t in tensors.items()}
     activations = tuple(name for name, t in tensors.items() if id(t) not in constants)
     params["activations"] = list(activations)
-    floating = next((t.dtype for t in tensors.values() if t.is_floating_point()), None)
-    if floating is not None:
-        params["input_dtype"] = dtype_name(floating)
+    dtype = _call_dtype(tensors, args, kwargs, out)
+    if dtype is not None:
+        params["input_dtype"] = dtype_name(dtype)
     return CallShape(op, REPLAY, params, tensors, activations, replayable=why)

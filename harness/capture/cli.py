@@ -17,9 +17,17 @@ from typing import Any, NoReturn, Sequence
 
 from harness.capture.apply import apply_best
 from harness.capture.factory import CaptureError, load_factory, place
-from harness.capture.pipeline import CaptureOptions, CaptureResult, capture, resolve_device
+from harness.capture.pipeline import (
+    MIN_SHARE,
+    CaptureOptions,
+    CaptureResult,
+    capture,
+    resolve_device,
+    thread_overrides,
+)
+from harness.capture.recorder import MAX_FORWARDS, SETTLE_S
 from harness.cards.labels import class_label
-from harness.cards.model import ReportError, load_report, write_json_atomic, write_text_atomic
+from harness.cards.model import CAPTURE_KEY, ReportError, load_report, write_json_atomic, write_text_atomic
 from harness.errors import HarnessError
 
 EXIT_BAD_INPUT = 2
@@ -53,7 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stage", help="one stage name for every card (default: the model's top-level child "
                                         "that issued the op, `model` for its own forward)")
     parser.add_argument("--stage-map", default="", help="CHILD=STAGE,...: stage names for top-level children")
-    parser.add_argument("--repeats", type=_positive, default=3, help="plain forwards timed for the forward time")
+    parser.add_argument("--repeats", type=_positive, default=3,
+                        help="pairs of forwards timed at least (plain, and call by call); more until their time "
+                             f"settles, at most {MAX_FORWARDS}")
+    parser.add_argument("--threads", type=_positive,
+                        help="torch's CPU threads for the capture, its re-profile and the next run "
+                             "(timing.cpu_threads; default: torch's, one per core); 1 steadies a shared CPU")
+    parser.add_argument("--settle-s", type=_seconds, default=SETTLE_S,
+                        help="the most seconds of timed forwards while their time settles, and a third of it of "
+                             "untimed ones before (default %(default)s; 0: --repeats pairs after one warm-up forward)")
     parser.add_argument("--no-profile", action="store_true", help="write the cards without replaying them")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a Hydra override for the re-profile run (repeatable): profiler.keep_dir=DIR, "
@@ -76,6 +92,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 0")
+    return value
+
+
 def _stage_map(text: str) -> dict[str, str]:
     mapping = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
@@ -87,12 +113,12 @@ def _stage_map(text: str) -> dict[str, str]:
 
 
 def summary_table(result: CaptureResult) -> str:
-    record = result.report.extra["capture"]
+    record = result.report.extra[CAPTURE_KEY]
     lines = [f"# Capture of {record['model']}", "",
              f"{record['recorded_calls']} calls in {record['groups']} groups; forward {record['forward_us']:.0f} us "
              f"(median of plain forwards), {_percent(record['ops_share_of_forward'])} of it in these calls; the "
              f"{record['cards']} cards cover {_percent(record['cards_share_of_forward'])} of the forward.", "",
-             COVERAGE_TEXT, "",
+             COVERAGE_TEXT, "", _settled(record), "",
              "| card | op | calls | time in model us | share | class |", "|---|---|---:|---:|---:|---|"]
     for kept in result.kept:
         card = kept.card
@@ -121,7 +147,8 @@ def _apply(args: argparse.Namespace) -> int:
     result = apply_best(loaded, best, args.rounds, args.budget_s, device.startswith("cuda"))
     path = write_json_atomic(args.out / "applied.json", {"best": str(args.apply), **result})
     predicted = result.get("predicted_speedup")
-    print(f"applied: {', '.join(result['applied']) or 'nothing'}")
+    print(f"applied: {', '.join(result['applied']) or 'nothing'}"
+          + ("" if result["applied"] else f" ({result['why_nothing']})"))
     for item in result["not_applicable"]:
         print(f"not applicable model-wide: {item}")
     if "speedup" in result:
@@ -138,15 +165,36 @@ def run(args: argparse.Namespace) -> int:
         raise CaptureError(f"{args.out} already holds a capture: give another --out")
     options = CaptureOptions(spec=args.factory, out=args.out, device=args.device, dtype=args.dtype, top=args.top,
                              profiler=args.profiler, resolution=args.resolution, stage=args.stage,
-                             stage_map=_stage_map(args.stage_map), repeats=args.repeats, profile=not args.no_profile,
-                             overrides=list(args.override))
+                             stage_map=_stage_map(args.stage_map), repeats=args.repeats, threads=args.threads,
+                             settle_s=args.settle_s,
+                             profile=not args.no_profile, overrides=list(args.override))
     result = capture(options)
     table = summary_table(result)
     write_text_atomic(args.out / "capture.md", table)
     print(table)
-    print(f"report: {result.path}\nnext: python -m harness experiment=auto report={result.path} "
-          f"inputs.dir={args.out / 'inputs'}")
+    print(f"report: {result.path}\nnext: {next_command(result, options)}")
     return 0
+
+
+def next_command(result: CaptureResult, options: CaptureOptions) -> str:
+    """`experiment=auto` on the capture: its cards at scale 1 on their captured inputs (the run's default for a
+    captured card), with the capture's thread setting, so that the run times the replays as the capture did."""
+    cuda = str(result.report.extra[CAPTURE_KEY].get("device", "")).startswith("cuda")
+    return " ".join(["python -m harness experiment=auto", f"report={result.path}",
+                     f"inputs.dir={options.out / 'inputs'}", *thread_overrides(options, cuda)])
+
+
+def _settled(record: dict[str, Any]) -> str:
+    """Whether the forward's time settled before the capture took it, in words."""
+    forwards, spread = record.get("forwards"), record.get("forward_spread") or 0.0
+    threads = f"{record.get('threads')} torch thread(s)" + ("" if record.get("threads_set") else " (torch's default)")
+    spread_text = f"the plain forwards' interquartile range {spread:.1%} of their median"
+    if record.get("forward_stable"):
+        return (f"Timed over {forwards} pairs of forwards, until the median of the last 3 of each kind was within "
+                f"10% of the 3 before ({spread_text}); {threads}.")
+    return (f"**The forward's time did not settle** in {forwards} pairs of forwards ({spread_text}; "
+            f"{threads}): its shares, and which groups pass {MIN_SHARE:.0%}, may move from one capture to the next; "
+            "capture on a quiet machine, or with --threads 1.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,10 +17,13 @@ import torch
 
 from harness.capture.factory import CaptureError, LoadedModel, load_factory, place, resolution_of
 from harness.capture.profiling import Profiled, merge_profile, profile_cards
-from harness.capture.recorder import ROOT_STAGE, Group, record_forward
+from harness.capture.recorder import ROOT_STAGE, SETTLE_S, Group, Recorded, record_forward
 from harness.capture.writer import Kept, card_of, save_inputs
-from harness.cards.model import DEVICE_KEY, Report, save_report, write_json_atomic
+from harness.cards.model import CAPTURE_KEY, DEVICE_KEY, Report, save_report, write_json_atomic
 from harness.cards.rules import RuleSet, class_counts, rules_text
+from harness.profile.timing import WarmUp
+from harness.profile.timing import warm_up as warm_up_until_stable
+from harness.trial.environment import cpu_name
 
 MIN_SHARE = 0.01  # without --top: the groups above 1% of the forward are kept
 
@@ -36,7 +39,9 @@ class CaptureOptions:
     resolution: str | None = None  # HxW as the report writes it (480x832); None: from the first input
     stage: str | None = None  # one stage for every card
     stage_map: dict[str, str] = field(default_factory=dict)  # top-level child -> stage
-    repeats: int = 3  # plain forwards timed for the forward's time
+    repeats: int = 3  # pairs of forwards timed at least (more until their time settles)
+    threads: int | None = None  # torch's CPU threads for the capture and its re-profile; None: torch's default
+    settle_s: float = SETTLE_S  # the most seconds of timed forwards while their time settles (a third: warm-up)
     profile: bool = True
     overrides: list[str] = field(default_factory=list)  # the re-profile run's own Hydra overrides
 
@@ -58,13 +63,22 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def warm_up(loaded: LoadedModel) -> None:
-    """One untimed forward: the first call's allocations and lazy initialisation are nobody's op time."""
-    with torch.no_grad():
-        try:
+def warm_up(loaded: LoadedModel, cuda: bool, max_s: float) -> WarmUp:
+    """Untimed forwards until their time settles (harness.profile.timing.warm_up, at most `max_s`, at least one):
+    the first calls' allocations, lazy initialisation and cold caches are nobody's op time."""
+    def forward() -> None:
+        with torch.no_grad():
             loaded.model(*loaded.inputs)
-        except Exception as exc:  # the user's model: one line
-            raise CaptureError(f"{loaded.spec}: the model's forward raised {type(exc).__name__}: {exc}") from None
+
+    try:
+        return warm_up_until_stable(forward, sync=torch.cuda.synchronize if cuda else None, max_s=max_s)
+    except Exception as exc:  # the user's model: one line
+        raise CaptureError(f"{loaded.spec}: the model's forward raised {type(exc).__name__}: {exc}") from None
+
+
+def thread_overrides(options: CaptureOptions, cuda: bool) -> list[str]:
+    """What times a run's replays as the capture timed the forward: its thread count on a CPU (timing.cpu_threads)."""
+    return [f"timing.cpu_threads={options.threads}"] if options.threads and not cuda else []
 
 
 def choose(groups: list[Group], top: int | None, forward_s: float) -> tuple[list[Group], list[Group]]:
@@ -95,12 +109,16 @@ def scope_text(options: CaptureOptions, device: str, backend: str) -> str:
 def capture(options: CaptureOptions) -> CaptureResult:
     device = resolve_device(options.device)
     cuda = device.startswith("cuda")
+    if options.threads and not cuda:  # as timing.cpu_threads sets the measuring worker's (harness.run.worker)
+        torch.set_num_threads(options.threads)
     loaded = place(load_factory(options.spec), device, options.dtype)
-    warm_up(loaded)
+    warmed = warm_up(loaded, cuda, options.settle_s / 3)
     try:
-        groups, forward_s = record_forward(loaded.model, loaded.inputs, cuda, stage_function(options), options.repeats)
+        recorded = record_forward(loaded.model, loaded.inputs, cuda, stage_function(options), options.repeats,
+                                  max_s=options.settle_s)
     except Exception as exc:
         raise CaptureError(f"{options.spec}: the recorded forward raised {type(exc).__name__}: {exc}") from None
+    groups, forward_s = recorded.groups, recorded.forward_s
     if not groups:
         raise CaptureError(f"{options.spec}: the model's forward called no torch operator: nothing to capture")
     resolution = options.resolution or resolution_of(loaded.inputs)
@@ -120,7 +138,7 @@ def capture(options: CaptureOptions) -> CaptureResult:
     backend = options.profiler
     if options.profile:
         profiled = profile_cards(options.out / "captured.json", inputs_dir, [k.card.id for k in kept], options.out,
-                                 device, options.profiler, options.overrides)
+                                 device, options.profiler, [*thread_overrides(options, cuda), *options.overrides])
         backend = _backend_of(profiled, options.profiler)
         for item in kept:
             if item.card.id in profiled.cards:
@@ -129,7 +147,8 @@ def capture(options: CaptureOptions) -> CaptureResult:
     report.scope = scope_text(options, device, backend)
     report.rules = rules_text(RuleSet.from_config(None))
     report.summary, report.by_stage = class_counts(report.cards)
-    report.extra["capture"] = capture_record(options, device, forward_s, groups, kept, rest, profiled, resolution)
+    report.extra[CAPTURE_KEY] = capture_record(options, device, recorded, kept, rest, profiled, resolution)
+    report.extra[CAPTURE_KEY]["warm_up"] = {"forwards": warmed.calls, "stable": warmed.stable}
     if cuda:  # the GPU its cards were recorded (and re-profiled) on: what a run's baselines reproduce it on
         report.extra[DEVICE_KEY] = torch.cuda.get_device_name(torch.device(device))
     write_json_atomic(options.out / "groups.json", group_table(groups, kept, forward_s))
@@ -163,15 +182,24 @@ def _backend_of(profiled: Profiled, asked: str) -> str:
     return ", ".join(sorted(sources)) or asked
 
 
-def capture_record(options: CaptureOptions, device: str, forward_s: float, groups: list[Group], kept: list[Kept],
+def capture_record(options: CaptureOptions, device: str, recorded: Recorded, kept: list[Kept],
                    rest: list[Group], profiled: Profiled | None, resolution: str | None) -> dict[str, Any]:
-    """The report's own account of the capture: the model, the forward, coverage, and what is not a card."""
+    """The report's own account of the capture: the model, its device and threads, the forward and how settled
+    its time was, each stage's time in the model, coverage, and what is not a card."""
+    groups, forward_s = recorded.groups, recorded.forward_s
     recorded_s = sum(g.time_s for g in groups)
+    stage_us: dict[str, float] = {}
+    for group in groups:
+        stage_us[group.stage] = stage_us.get(group.stage, 0.0) + group.time_s * 1e6
     cards_s = sum(k.group.time_s for k in kept if profiled is None or k.card.id in profiled.cards)
     unreplayable = [g for g in groups if g.shape.replayable is not None]
     return {
         "model": options.spec, "device": device, "dtype": options.dtype, "torch": torch.__version__,
+        "device_name": torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else cpu_name(),
+        "threads": torch.get_num_threads(), "threads_set": options.threads,
         "resolution": resolution, "forward_us": round(forward_s * 1e6, 3),
+        "forwards": recorded.forwards, "forward_stable": recorded.stable, "forward_spread": round(recorded.spread, 4),
+        "stage_us": {stage: round(us, 3) for stage, us in stage_us.items()},
         "recorded_calls": sum(g.calls for g in groups), "groups": len(groups),
         "cards": len(kept) if profiled is None else len(profiled.cards),
         # The calls' times (timed one by one in forwards like the plain ones) over the plain forward's time.

@@ -4,19 +4,22 @@ the module that issued it, and the inputs of each group's first two calls.
 A TorchFunctionMode sees the calls the model's Python code makes (`F.linear`, `torch.conv3d`, `x.to(...)`,
 `F.scaled_dot_product_attention`), not what they decompose into: torch pops the mode while its handler
 runs, so a call's own inner calls are not recorded, and the cards name ops as the shipped report does.
-The recorded forward only groups the calls and copies inputs; then `timed` more forwards time every call
-alone (the CPU clock, or CUDA events read after the forward), each credited to the recorded call at its
-place in the sequence, without the recorder's own work. A group's share of the forward is its calls' own
+The recorded forward only groups the calls and copies inputs; then more forwards time every call alone (the
+CPU clock, or CUDA events read after the forward), each credited to the recorded call at its place in the
+sequence, without the recorder's own work, interleaved with plain forwards until the time of both settles (or
+the capture says it did not). A group's share of the forward is its calls' own
 time (a span's part that no earlier span covered: CUDA events overlap) over those forwards' whole time, so
 the shares add up to at most 1 (on the H200 the calls' raw spans summed to 159% of the plain forward). A
 model whose forward does not repeat its calls is a CaptureMismatch.
 
 Module paths come from global forward hooks: the stage of a call is the top-level child of the model that
-issued it (`decoder`), or `model` for the model's own forward.
+issued it (`decoder`), or `model` for the model's own forward; calls of two stages are two groups. An in-place
+call's target is copied before the call writes into it (the recorded forward only): that copy is the call's input.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from dataclasses import dataclass, field, replace
@@ -26,10 +29,14 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from harness.capture.calls import CallShape, describe_call
+from harness.capture.calls import CallShape, describe_call, written_tensor
 from harness.errors import HarnessError
+from harness.profile.timing import is_stable
 
 ROOT_STAGE = "model"
+# The pairs of forwards a capture times at most while their time has not settled, and the seconds it spends.
+MAX_FORWARDS = 40
+SETTLE_S = 60.0
 SECOND_CALL_SAVED = 1  # the group's calls whose inputs are kept: the first (0) and this one
 
 
@@ -49,6 +56,17 @@ class Group:
 
 def _copies(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: t.detach().to("cpu", copy=True) for name, t in tensors.items()}
+
+
+def _laid_out_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy on the tensor's own strides where they hold each element once (a slice, a transpose), so that the
+    replay of an in-place write into a view runs on the view's layout; else a contiguous copy."""
+    detached = tensor.detach()
+    try:
+        return torch.empty_strided(detached.size(), detached.stride(), dtype=detached.dtype,
+                                   device=detached.device).copy_(detached)
+    except RuntimeError:  # overlapping strides (an expand): no tensor of its own can have them
+        return detached.clone(memory_format=torch.contiguous_format)
 
 
 class _Clock:
@@ -132,18 +150,24 @@ class Recorder(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
+        target = written_tensor(func, args, kwargs)
+        # What an in-place call's target holds before it writes: the call's input, which the write destroys.
+        before = _laid_out_copy(target) if target is not None else None
         out = func(*args, **kwargs)
         if _returns_tensor(out):
-            self.sequence.append((func, self._record(func, args, kwargs, out)))
+            self.sequence.append((func, self._record(func, args, kwargs, out, before)))
         return out
 
-    def _record(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Group:
+    def _record(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
+                before: torch.Tensor | None) -> Group:
         module = self.modules.current
-        shape = describe_call(func, args, kwargs, out, self.constants)
-        group = self.groups.get(shape.key())
+        shape = describe_call(func, args, kwargs, out, self.constants, before)
+        # The stage is the issuing module's: a call alike in all else but issued by another stage is its own group.
+        stage = self.stage_of(module.split(".")[0] if module else ROOT_STAGE)
+        key = json.dumps([stage, shape.key()])
+        group = self.groups.get(key)
         if group is None:
-            stage = self.stage_of(module.split(".")[0] if module else ROOT_STAGE)
-            group = self.groups[shape.key()] = Group(replace(shape, tensors={}), stage, module)
+            group = self.groups[key] = Group(replace(shape, tensors={}), stage, module)
         if shape.replayable is None and group.calls == 0:
             group.shape.tensors = _copies(shape.tensors)
         elif shape.replayable is None and group.calls == SECOND_CALL_SAVED:
@@ -220,11 +244,23 @@ def plain_forward(model: torch.nn.Module, inputs: tuple[Any, ...], cuda: bool) -
     return time.perf_counter() - started
 
 
+@dataclass
+class Recorded:
+    """A recorded forward: its groups, and the plain forward's time with how it was reached."""
+
+    groups: list[Group]
+    forward_s: float  # the median plain forward
+    forwards: int  # pairs of a plain and a call-timed forward
+    stable: bool  # whether both kinds of forward settled (harness.profile.timing.is_stable) before the cap
+    spread: float  # the plain forwards' relative interquartile range
+
+
 def record_forward(model: torch.nn.Module, inputs: tuple[Any, ...], cuda: bool, stage_of: Callable[[str], str],
-                   repeats: int = 3) -> tuple[list[Group], float]:
-    """One recorded forward of `model` on `inputs`, then `repeats` pairs of a plain forward and a forward whose
-    calls are timed one by one, interleaved so that both see the same machine: the groups, and the plain
-    forward's median time.
+                   repeats: int = 3, max_forwards: int = MAX_FORWARDS, max_s: float = SETTLE_S) -> Recorded:
+    """One recorded forward of `model` on `inputs`, then pairs of a plain forward and a forward whose calls are
+    timed one by one, interleaved so that both see the same machine, until the time of both kinds settles (the
+    timing module's rule: the median of the last 3 within 10% of the 3 before), at least `repeats` pairs, at most
+    `max_forwards` or `max_s` seconds (then the capture says the time did not settle).
 
     A group's share is its calls' own time (own_seconds: no time counted twice) over the timed forwards' whole
     time, pooled over the passes, so the shares of all groups add up to at most 1; the rest is the model's
@@ -232,14 +268,22 @@ def record_forward(model: torch.nn.Module, inputs: tuple[Any, ...], cuda: bool, 
     forward's median time, which the timer's work does not slow."""
     with torch.no_grad(), _ModulePath(model) as modules, Recorder(model, stage_of, modules) as recorder:
         model(*inputs)
-    plain, passes = [], []
-    for _ in range(max(repeats, 1)):
+    plain: list[float] = []
+    passes: list[TimedPass] = []
+    started, stable = time.perf_counter(), False
+    while True:
         plain.append(plain_forward(model, inputs, cuda))
         passes.append(timed_forward(model, inputs, cuda, recorder.sequence))
+        stable = is_stable(plain) and is_stable([p.total_s for p in passes])
+        if len(plain) >= repeats and (stable or len(plain) >= max(repeats, max_forwards)
+                                      or time.perf_counter() - started >= max_s):
+            break
     forward_s = statistics.median(plain)
     timed_s = sum(p.total_s for p in passes)
     groups = list(recorder.groups.values())
     for group in groups:
         group.share = sum(p.seconds.get(id(group), 0.0) for p in passes) / timed_s if timed_s > 0 else 0.0
         group.time_s = group.share * forward_s
-    return groups, forward_s
+    quartiles = statistics.quantiles(plain, n=4, method="inclusive") if len(plain) >= 2 else [forward_s] * 3
+    spread = (quartiles[2] - quartiles[0]) / forward_s if forward_s > 0 else 0.0
+    return Recorded(groups, forward_s, len(plain), stable, spread)

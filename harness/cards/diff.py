@@ -23,7 +23,7 @@ from harness.cards.diff_sides import variant_of
 from harness.cards.dtype import DEFAULT as DEFAULT_DTYPE
 from harness.cards.fields import UNRESOLVED
 from harness.cards.kernel_families import family_sums
-from harness.cards.labels import REPORT_DEVICE, class_source, flag_over_peak, transition
+from harness.cards.labels import class_source, flag_over_peak, transition
 from harness.cards.layout_conversions import layout_conversions
 from harness.cards.measures import (
     KERNEL_SUM_PER_CALL_BASIS,
@@ -32,6 +32,7 @@ from harness.cards.measures import (
     card_time_us,
     dominant_metric,
     kernel_sum_us,
+    scale_crossing,
     sum_metric,
     time_basis,
 )
@@ -41,30 +42,41 @@ from harness.cards.reproduce import Reproduction, reproduce_card
 from harness.cards.time_verdict import confirmation_between, judge_time
 
 
-def _fairness(before: Card, after: Card) -> tuple[bool, str]:
+def _fairness(before: Card, after: Card, report_device: str | None) -> tuple[bool, str]:
     eb, ea = before.extra.get("environment"), after.extra.get("environment")
+    crossed = scale_crossing(before, after)
     if not isinstance(eb, dict) and not isinstance(ea, dict):
-        return True, "environment not recorded on either side"
+        return (False, f"not a fair comparison: {crossed}") if crossed else \
+            (True, "environment not recorded on either side")
     if not isinstance(eb, dict) or not isinstance(ea, dict):
-        # The report's own cards carry no environment: they were profiled on the report's GPU.
+        # The report's own cards carry no environment: they were profiled where the report says.
         report_card, measured = (before, after) if not isinstance(eb, dict) else (after, before)
-        return _fairness_to_report(report_card, measured)
+        return _fairness_to_report(report_card, measured, report_device, crossed)
     keys = ("device_name", "device_kind", "hostname")
-    differ = [k for k in keys if eb.get(k) != ea.get(k)]
+    machines = ", ".join(f"{k}: {eb.get(k)!r} vs {ea.get(k)!r}" for k in keys if eb.get(k) != ea.get(k))
+    differ = [f"measured on different machines ({machines})"] if machines else []
+    differ += [crossed] if crossed else []
     if differ:
-        what = ", ".join(f"{k}: {eb.get(k)!r} vs {ea.get(k)!r}" for k in differ)
-        return False, f"not a fair comparison: measured on different machines ({what})"
+        return False, "not a fair comparison: " + "; ".join(differ)
     return True, "same machine"
 
 
-def _fairness_to_report(report_card: Card, measured: Card) -> tuple[bool, str]:
-    """A report card against a re-profile: fair on the report's GPU class, running the report's kernels, in
-    a dtype the card evidences; otherwise each of those that differs is named."""
-    found = reproduce_card(measured, report_card, REPORT_DEVICE)
+def _device_differs(report_device: str | None, here: str | None) -> bool:
+    return report_device is not None and here is not None and report_device.lower() not in here.lower()
+
+
+def _fairness_to_report(report_card: Card, measured: Card, report_device: str | None,
+                        crossed: str | None) -> tuple[bool, str]:
+    """A report card against a re-profile: fair on the report's device (`report_device`: where the report says it
+    was profiled; a report naming none is judged on the rest), at the report's scale, running the report's
+    kernels, in a dtype the card evidences; otherwise each of those that differs is named."""
+    found = reproduce_card(measured, report_card, report_device)
     workload = measured.extra.get("workload") or {}
     differ = []
-    if found.verdict is Reproduction.NOT_COMPARABLE and found.device_here:
-        differ.append(f"device: the report's {REPORT_DEVICE} vs {found.device_here}")
+    if _device_differs(report_device, found.device_here):
+        differ.append(f"device: the report's {report_device} vs {found.device_here}")
+    if crossed:
+        differ.append(crossed)
     if found.verdict is Reproduction.OTHER_KERNELS:
         differ.append(f"kernels: the report ran {', '.join(found.families_report)}, here "
                       f"{', '.join(found.families_here)}")
@@ -72,7 +84,8 @@ def _fairness_to_report(report_card: Card, measured: Card) -> tuple[bool, str]:
         differ.append(f"dtype: {workload.get('dtype')} is the experiment's guess, not the report's evidence")
     if differ:
         return False, "not a fair comparison: " + "; ".join(differ)
-    return True, f"the report's GPU class ({REPORT_DEVICE}), its kernels, its dtype ({workload.get('dtype')})"
+    where = f"the report's device ({report_device})" if report_device else "the report names no device"
+    return True, f"{where}, its scale, its kernels, its dtype ({workload.get('dtype')})"
 
 
 def diff_cards(
@@ -84,9 +97,12 @@ def diff_cards(
     confirmation: dict[str, Any] | None = None,
     adopted: bool | None = None,
     report_card: Card | None = None,
+    report_device: str | None = None,
 ) -> CardDiff:
     """`confirmation`: the paired-rounds verdict of this pair (else the one recorded on `after`, if any);
-    `report_card`: whose own check to judge (default `before`: measured cards keep their report card's)."""
+    `report_card`: whose own check to judge (default `before`: measured cards keep their report card's);
+    `report_device`: where a report card (a side without an environment) was profiled
+    (harness.cards.reproduce.reported_device)."""
     both_timed = all(isinstance(c.extra.get("timing"), dict) for c in (before, after))
     before_us, after_us = card_time_us(before, both_timed), card_time_us(after, both_timed)
     confirmation = confirmation or confirmation_between(before, after)
@@ -103,7 +119,7 @@ def diff_cards(
         b = sum_metric(before, name) if name.endswith(("_mb", "dur_us")) else dominant_metric(before, name)
         a = sum_metric(after, name) if name.endswith(("_mb", "dur_us")) else dominant_metric(after, name)
         deltas[name] = {"before": b, "after": a, "delta": (a - b) if a is not None and b is not None else None}
-    fair, note = _fairness(before, after)
+    fair, note = _fairness(before, after, report_device)
     result = CardDiff(
         card=after.id if after.id == before.id else f"{before.id} -> {after.id}",
         before_us=before_us,
@@ -140,7 +156,7 @@ def diff_cards(
     own: CardCheck = judge_card_check(report_card or before, before, after, verdict_t)
     result.card_check, result.card_verdict, result.card_verdict_detail = own.text, own.verdict, own.detail
     result.class_source = {"before": class_source(before), "after": class_source(after)}
-    result.class_transition = transition(before, after)
+    result.class_transition = transition(before, after, report_device)
     result.notes += [f"{side}: {flag}" for side, card in (("before", before), ("after", after))
                      for flag in flag_over_peak(card)]
     if not fair:
@@ -157,12 +173,14 @@ def _row_basis(before: Card, after: Card, both_timed: bool) -> str:
     return bases.pop() if len(bases) == 1 else KERNEL_SUM_PER_CALL_BASIS
 
 
-def diff_reports(before: Report, after: Report, checks: dict[str, str] | None = None) -> ReportDiff:
-    """Match cards by id; `checks` may name the check per card id (else the class's own)."""
+def diff_reports(before: Report, after: Report, checks: dict[str, str] | None = None,
+                 report_device: str | None = None) -> ReportDiff:
+    """Match cards by id; `checks` may name the check per card id (else the class's own); `report_device`: where
+    a side's report cards were profiled."""
     after_by_id = {c.id: c for c in after.cards}
     before_ids = {c.id for c in before.cards}
     diffs = [
-        diff_cards(card, after_by_id[card.id], check=(checks or {}).get(card.id))
+        diff_cards(card, after_by_id[card.id], check=(checks or {}).get(card.id), report_device=report_device)
         for card in before.cards
         if card.id in after_by_id
     ]

@@ -16,14 +16,15 @@ FlashAttention. So the dtype is the card's, from the strongest evidence there is
 The math mode says whether float32 math may run as TF32 ("tf32"), must not ("ieee"), or is not a float32
 question ("native": half precision, integers). TF32 permission follows the evidence: a TF32 kernel name allows
 it for the op's library, an `ffma` one forbids it; without evidence torch's default holds for the op kind
-(cuDNN convolutions TF32, cuBLAS matmuls IEEE), which is how the report's model ran.
+(cuDNN convolutions TF32, cuBLAS matmuls IEEE), which is how the report's model ran. TF32 exists on CUDA only: a
+card built on a CPU has no math mode to choose ("native"), and its label names none.
 Torch-free: the run decides, the worker builds (harness.trial.build) and pins (harness.trial.torch_state).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from harness.cards.applied import AppliedVariant
@@ -72,8 +73,9 @@ class CardDtype:
         return cls(str(values["dtype"]), str(values["source"]), str(values["math"]), str(values.get("evidence", "")))
 
     def line(self, why: bool = True) -> str:
-        """'float32, tf32 math (report: the Wan VAE decodes in fp32 ...)'; without `why`, the source alone."""
-        math = f", {self.math} math" if self.dtype == "float32" else ""
+        """'float32, tf32 math (report: the Wan VAE decodes in fp32 ...)'; without `why`, the source alone. A math
+        mode is named only where there is one to choose (float32 on CUDA)."""
+        math = f", {self.math} math" if self.math != NATIVE else ""
         return f"{self.dtype}{math} ({self.source}: {self.evidence})" if why else f"{self.dtype}{math} ({self.source})"
 
 
@@ -168,8 +170,18 @@ def declared_rules(report_extra: Mapping[str, Any]) -> list[Declared]:
 
 def decide(*, stage: str, op: str, op_kind: str, kernel_names: list[str], shape_parameters: Mapping[str, Any],
            applied: Sequence[AppliedVariant], override: str | None, declared: list[Declared],
-           experiment_dtype: str) -> CardDtype:
-    """The card's dtype and math mode from the strongest evidence (the module's docstring gives the order)."""
+           experiment_dtype: str, device: str = "cuda") -> CardDtype:
+    """The card's dtype and math mode from the strongest evidence (the module's docstring gives the order), for a
+    card built on `device`: TF32 is a CUDA math mode, so off CUDA float32 math has none to choose (native)."""
+    decided = _decide(stage=stage, op=op, op_kind=op_kind, kernel_names=kernel_names,
+                      shape_parameters=shape_parameters, applied=applied, override=override, declared=declared,
+                      experiment_dtype=experiment_dtype)
+    return decided if device.startswith("cuda") else replace(decided, math=NATIVE)
+
+
+def _decide(*, stage: str, op: str, op_kind: str, kernel_names: list[str], shape_parameters: Mapping[str, Any],
+            applied: Sequence[AppliedVariant], override: str | None, declared: list[Declared],
+            experiment_dtype: str) -> CardDtype:
     if applied and applied[0].workload_dtype:
         dtype = applied[0].workload_dtype
         math = applied[0].math or _default_math(dtype, op_kind)
@@ -198,15 +210,15 @@ def decide(*, stage: str, op: str, op_kind: str, kernel_names: list[str], shape_
 
 
 def card_dtype(card: Any, *, applied: Sequence[AppliedVariant], override: str | None, declared: list[Declared],
-               experiment_dtype: str) -> CardDtype:
-    """`decide` for a harness.cards.model.Card, its dominant kernel's name first."""
+               experiment_dtype: str, device: str = "cuda") -> CardDtype:
+    """`decide` for a harness.cards.model.Card built on `device`, its dominant kernel's name first."""
     names = [k.name for k in card.kernels if k.name]
     if card.dominant_kernel and card.dominant_kernel in names:
         names.remove(card.dominant_kernel)
         names.insert(0, card.dominant_kernel)
     return decide(stage=card.stage, op=card.op, op_kind=card.op_kind, kernel_names=names,
                   shape_parameters=card.shape_parameters, applied=applied, override=override, declared=declared,
-                  experiment_dtype=experiment_dtype)
+                  experiment_dtype=experiment_dtype, device=device)
 
 
 # The torch settings a card's math mode pins (harness.trial.torch_settings' keys), per op kind. TF32 is allowed

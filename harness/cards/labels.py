@@ -1,6 +1,6 @@
 """Honest class labels: where a card's class came from, and what an estimate can and cannot decide.
 
-A class read from ncu counters on the report's H200 and one computed from a CPU roofline estimate
+A class read from ncu counters on the report's GPU and one computed from a CPU roofline estimate
 are different claims. Printed side by side as "A -> B" they read as a change the experiment made,
 when only the instrument changed. These helpers put the source next to every class, list the rules
 an estimate could decide at all, flag percentages above peak (impossible for a counter, common for
@@ -26,8 +26,6 @@ SOURCE_LABELS: dict[str, str] = {
     SOURCE_CPU_ESTIMATE: "cpu estimate",
     SOURCE_TORCH_CUDA_TRACE: "trace estimate",
 }
-# The GPU the shipped report was profiled on (docs/domain.md section 1); its cards record no environment.
-REPORT_DEVICE = "H200"
 NOT_PROFILED = "not profiled"
 
 # Percentages of a peak or of a maximum: none can exceed 100 when it is a reading. The L2 hit rate
@@ -133,9 +131,9 @@ def flag_over_peak(card: Card) -> list[str]:
     return flags
 
 
-def _machine(card: Card) -> str:
-    if is_report_card(card):
-        return REPORT_DEVICE
+def _machine(card: Card, report_device: str | None) -> str:
+    if is_report_card(card):  # its cards record no environment: the report says where (reproduce.reported_device)
+        return report_device or "the report names no device"
     env = card.extra.get("environment") or {}
     device, host = env.get("device_name") or "unknown device", env.get("hostname")
     return f"{device} on {host}" if host else device
@@ -150,8 +148,9 @@ def same_machine(before: Card, after: Card) -> bool:
     return all(eb.get(k) is not None and eb.get(k) == ea.get(k) for k in keys)
 
 
-def transition(before: Card, after: Card) -> str:
-    """"A -> B" when one instrument on one machine read both; else each side with where it came from.
+def transition(before: Card, after: Card, report_device: str | None = None) -> str:
+    """"A -> B" when one instrument on one machine read both; else each side with where it came from, a report
+    card's machine being `report_device` (harness.cards.reproduce.reported_device).
 
     e.g. "report: compute_bound (ncu, H200); here: compute_bound (cpu estimate, <cpu> on <host>)".
     """
@@ -162,4 +161,5 @@ def transition(before: Card, after: Card) -> str:
     names = ("report" if is_report_card(before) else "before",
              "report" if is_report_card(after) else "here" if is_report_card(before) else "after")
     sides = ((names[0], class_b, source_b, before), (names[1], class_a, source_a, after))
-    return "; ".join(f"{name}: {cls} ({source}, {_machine(card)})" for name, cls, source, card in sides)
+    return "; ".join(f"{name}: {cls} ({source}, {_machine(card, report_device)})"
+                     for name, cls, source, card in sides)

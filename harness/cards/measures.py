@@ -7,7 +7,10 @@ and read a richer ncu metric set's counters the same way.
 
 from __future__ import annotations
 
-from harness.cards.model import Card, Kernel
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from harness.cards.model import CAPTURE_KEY, Card, Kernel
 from harness.cards.rules import dominant
 
 YES, NO, NOT_MEASURABLE = "yes", "no", "not measurable"
@@ -56,6 +59,83 @@ def time_basis(card: Card, prefer_timing: bool = True) -> str:
     if prefer_timing and timing_median_us(card) is not None:
         return TIMING_BASIS
     return KERNEL_SUM_BASIS if calls_per_invocation(card) == 1 else KERNEL_SUM_PER_CALL_BASIS
+
+
+def captured(card: Card) -> dict[str, Any] | None:
+    """What harness.capture recorded of the card's op in the model (its calls, time and share of the forward);
+    None for a card no capture made. A measured card keeps its report card's record."""
+    record = card.extra.get(CAPTURE_KEY)
+    return record if isinstance(record, dict) else None
+
+
+# Where a card's time in the model came from, strongest first (time_in_model).
+FROM_SHARE = "the capture's share of the forward"
+FROM_CALLS = "per-invocation kernel time x the captured calls"
+FROM_KERNELS = "the report's kernel-duration sum per invocation (no call count)"
+
+
+@dataclass(frozen=True)
+class TimeInModel:
+    """A card's time in one forward of its model: `us`, from `source`; with its share and calls where known."""
+
+    us: float
+    source: str
+    share: float | None = None  # of the forward
+    calls: int | None = None  # of the op, per forward
+
+    def line(self) -> str:
+        """'12.3% of the forward, 13 calls' (what is known), for a table cell."""
+        parts = [f"{self.share:.1%} of the forward" if self.share is not None else None,
+                 f"{self.calls} call{'s' if self.calls != 1 else ''}" if self.calls is not None else None]
+        return ", ".join(p for p in parts if p) or "calls not known"
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def time_in_model(card: Card) -> TimeInModel | None:
+    """The card's time in the model, the one ranking of cards by what they cost the model: a capture's time in
+    the forward (its share of the plain forward's time); else the report's kernel-duration sum per invocation
+    times the calls where the card records them; else that sum alone, as the report gives it; None without a
+    time (the report's FlashAttention cards)."""
+    record = captured(card) or {}
+    share, calls = _number(record.get("share_of_forward")), _number(record.get("calls"))
+    whole_calls = int(calls) if calls is not None else None
+    if (us := _number(record.get("time_us"))) is not None:
+        return TimeInModel(us, FROM_SHARE, share, whole_calls)
+    per_invocation = _number(card.summed_kernel_us)
+    if per_invocation is None:
+        return None
+    if whole_calls is not None:
+        return TimeInModel(per_invocation * whole_calls, FROM_CALLS, share, whole_calls)
+    return TimeInModel(per_invocation, FROM_KERNELS)
+
+
+def time_sources(cards: Iterable[Card]) -> str:
+    """Where the cards' times in the model came from, each source with its count of cards."""
+    counts: dict[str, int] = {}
+    for card in cards:
+        found = time_in_model(card)
+        source = found.source if found is not None else "no time (the report gives none)"
+        counts[source] = counts.get(source, 0) + 1
+    return "; ".join(f"{source} ({n} card{'s' if n != 1 else ''})" for source, n in counts.items()) or "no card"
+
+
+def workload_scale(card: Card) -> float:
+    """The scale a card's op ran at: a measured card's `workload.scale`; a report card is the op at full size."""
+    workload = card.extra.get("workload")
+    scale = _number(workload.get("scale")) if isinstance(workload, dict) else None
+    return 1.0 if scale is None else scale
+
+
+def scale_crossing(before: Card, after: Card) -> str | None:
+    """Why two cards' times are not one op's (each ran at another workload scale: other shapes), or None."""
+    scale_b, scale_a = workload_scale(before), workload_scale(after)
+    if scale_b == scale_a:
+        return None
+    return (f"scale: {scale_b:g} vs {scale_a:g} (workload.scale shrinks the op's shapes: the two sides ran "
+            "different shapes, so their times are not compared)")
 
 
 def kernel_value(kernel: Kernel, name: str) -> float | None:

@@ -24,6 +24,9 @@ from harness.errors import HarnessError
 DEFAULT_REPORT_NAME = "lingbot_world_realtime_ncu_20260908.json"
 PRECISION_KEY = "precision"  # a report's declaration of what its model ran in (harness.cards.dtype)
 DEVICE_KEY = "device"  # the GPU a report declares it was profiled on (harness.cards.reproduce)
+# A capture's own account (harness.capture): on the report, the model, its device and forward; on a card, its calls,
+# its time and share of the forward (harness.cards.measures.time_in_model).
+CAPTURE_KEY = "capture"
 
 
 class ReportError(HarnessError):

@@ -26,7 +26,7 @@ from harness.cards.fields import SOURCE_NCU
 from harness.cards.kernel_families import kernel_family
 from harness.cards.labels import class_source
 from harness.cards.measures import calls_per_invocation, kernel_sum_us
-from harness.cards.model import DEVICE_KEY, Card, Report, ReportError
+from harness.cards.model import CAPTURE_KEY, DEVICE_KEY, Card, Report, ReportError
 
 TIME_BAND = 0.15
 MAIN_SHARE = 0.05  # a family under 5% of a side's kernel time (a bias add, FA3's block count) is not the op
@@ -141,16 +141,22 @@ def reproduce_card(here: Card, report_card: Card, report_device: str | None) -> 
                    f"the same kernels within +/-{TIME_BAND:.0%} ({', '.join(main_here)})" + class_note)
 
 
-def report_gpu(report: Report, given: str | None = None) -> str | None:
-    """The GPU the report was profiled on: `given` (`report_device=`, `--report-device`) where set, else what the
-    report declares (its `device` key, `<report>.declared.json`, or the GPU a capture ran on); None: neither."""
+def reported_device(report: Report, given: str | None = None) -> str | None:
+    """The device the report was profiled on, the one place that decides it: `given` (`report_device=`,
+    `--report-device`) where set, else what the report declares (its `device` key, `<report>.declared.json`: the
+    shipped report's H200, or the GPU a capture ran on), else the CPU a CPU capture ran on (its
+    `capture.device_name`: a CPU names no GPU, so nothing is judged against one); None: none of them."""
     declared = report.extra.get(DEVICE_KEY)
-    return given or (str(declared) if declared else None)
+    if given or declared:
+        return given or str(declared)
+    capture = report.extra.get(CAPTURE_KEY)
+    cpu = capture.get("device_name") if isinstance(capture, dict) and capture.get("device") == "cpu" else None
+    return str(cpu) if cpu else None
 
 
 def reproduce(measured: Report, report: Report, report_device: str | None = None) -> list[CardReproduction]:
     """Each measured card's verdict against the report card of its id (`report_device`: the report's own)."""
-    device = report_gpu(report, report_device)
+    device = reported_device(report, report_device)
     out = []
     for card in measured.cards:
         try:

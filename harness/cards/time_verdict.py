@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.cards.diff_sides import runs_differ
+from harness.cards.measures import scale_crossing
 from harness.cards.model import Card
 from harness.cards.noise import timing_verdict
 
@@ -61,8 +62,12 @@ def judge_time(before: Card, after: Card, both_timed: bool, before_us: float | N
 
     Measured cards are judged only by their paired confirm rounds (harness.cards.noise.paired_verdict);
     without them the verdict is UNCONFIRMED, since two timings taken apart cannot rule out drift.
-    Report cards (kernel-duration sums from ncu) keep the single-sample rule.
+    Report cards (kernel-duration sums from ncu) keep the single-sample rule. Two sides at different workload
+    scales ran different shapes: no verdict and no speedup, whatever else holds.
     """
+    crossed = scale_crossing(before, after)
+    if crossed is not None:  # other shapes: no ratio of their times says anything of one op
+        return TimeVerdict(None, None, None, None, f"no time verdict: {crossed}", crossed.split(" (")[0])
     speedup = before_us / after_us if before_us and after_us else None
     if confirmation is not None:
         ci, band = confirmation.get("ci"), confirmation.get("band")

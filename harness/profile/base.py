@@ -27,6 +27,9 @@ class WorkloadFacts:
     # A chunk of many ops (harness.cards.ids.CHUNK_OP_KINDS): keep each op's shapes apart in the
     # profile, so each op can be attributed to the report card of its shape.
     per_shape: bool = False
+    # Run before each profiled call, outside the profiled range (an in-place replay's target restored:
+    # harness.workloads.base.Workload.before_call); None: nothing.
+    before_call: Callable[[], None] | None = None
 
 
 @dataclass

@@ -180,8 +180,9 @@ class CpuProfiler:
 
     # -----------------------------------------------------------------------------------------
 
-    def _run(self, fn: Callable[[], Any]) -> tuple[Any, int]:
-        """The events of `fn`'s profiled calls, and how many calls that was."""
+    def _run(self, fn: Callable[[], Any], before_call: Callable[[], None] | None = None) -> tuple[Any, int]:
+        """The events of `fn`'s profiled calls, and how many calls that was; `before_call` runs before each, outside
+        its labelled range (whose events alone are the call's)."""
         # The autograd profiler that torch.profiler.profile wraps: the wrapper's start asks hasattr(torch,
         # "_inductor"), which imports Inductor (1.9 s of a CPU worker's first trial) for a CUDA-graph flag.
         try:
@@ -191,6 +192,8 @@ class CpuProfiler:
         calls, until = 0, time.perf_counter() + self.min_profiled_s
         with profile(record_shapes=True, with_flops=True, profile_memory=True) as prof:
             while calls < self.calls and (calls == 0 or time.perf_counter() < until):
+                if before_call is not None:
+                    before_call()
                 with record_function(f"{CALL_LABEL}#{calls}"):
                     fn()
                 calls += 1
@@ -292,7 +295,7 @@ class CpuProfiler:
         its work ops as kernels."""
         peaks = self._peaks or get_cpu_peaks()
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        events, n = self._run(fn)
+        events, n = self._run(fn, facts.before_call)
         wall = time.perf_counter() - wall0
         cpu_share = (time.process_time() - cpu0) / (wall * max(1, peaks.torch_threads)) if wall > 0 else None
         stats = self._collect(events, facts)

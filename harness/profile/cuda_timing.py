@@ -257,12 +257,15 @@ def time_cuda(
     device: int | None = None,
     clock_ratio: float = CLOCK_RATIO,
     clock_gap_us: float = CLOCK_GAP_US,
+    prepare: Callable[[], Any] | None = None,
 ) -> TimingResult:
     """Time `fn()` on the GPU with CUDA events, cross-checked by the synchronised wall clock; microseconds.
 
     `warmup`: None warms up until the timing is stable (the result's `warmup_stable` says whether it
     got there); an int makes exactly that many warm-up calls. `clock_ratio` and `clock_gap_us`: when
-    the synchronised clock decides instead of the events (judge_clocks).
+    the synchronised clock decides instead of the events (judge_clocks). `prepare`, when given, runs before every
+    call, beside the L2 flush: outside the events, and counted in the harness's own overhead per sample (an
+    in-place op's input restored).
     """
     if min_repeats < 1 or max_repeats < min_repeats:
         raise ValueError("need 1 <= min_repeats <= max_repeats")
@@ -282,27 +285,32 @@ def time_cuda(
         call: Callable[[], Any] = (
             capture_graph(fn, CAPTURE_WARMUP if warmup is None else warmup) if cuda_graph else fn
         )
-        buffer = None
+        buffer: Any = None
         if flush_l2:
             size, how = flush_bytes(dev.index)
             buffer = torch.empty(size, dtype=torch.int8, device=dev)
             notes.append(f"L2 flushed before each sample by zeroing {size / MiB:.0f} MiB ({how})")
+        def before() -> None:  # before each sample, outside its events
+            _flush(buffer)
+            if prepare is not None:
+                prepare()
+
         stable: bool | None = None
         if warmup is None:
-            warm = warm_up(call, sync=lambda: torch.cuda.synchronize(dev), prepare=lambda: _flush(buffer))
+            warm = warm_up(call, sync=lambda: torch.cuda.synchronize(dev), prepare=before)
             warmup, stable = warm.calls, warm.stable
             if not stable:
                 notes.append(f"warm-up stopped before the timing was stable "
                              f"({warm.calls} calls, {warm.seconds:.2f} s)")
         else:
             for _ in range(warmup):
-                _flush(buffer)
+                before()
                 call()
         torch.cuda.synchronize(dev)
 
-        overhead_us = _overhead_us(buffer, stream, dev)
+        overhead_us = _overhead_us(before, stream, dev)
         clock_before, _ = sm_clock_mhz(dev.index)
-        batches = _sample(call, buffer, min_repeats, max_repeats, budget_s, stream, dev)
+        batches = _sample(call, before, min_repeats, max_repeats, budget_s, stream, dev)
         check = judge_clocks(batches, overhead_us, ratio=clock_ratio, min_gap_us=clock_gap_us)
         notes += [n for n in (check.note, l2.zero_set_aside("by the timed call"), l2.reset_lines()) if n]
 
@@ -331,7 +339,7 @@ def _flush(buffer: Any) -> None:
         buffer.zero_()  # a memset kernel writing 2x L2 evicts whatever the last call left there
 
 
-def _batch(call: Callable[[], Any], buffer: Any, count: int, stream: Any, dev: Any) -> Batch:
+def _batch(call: Callable[[], Any], before: Callable[[], None], count: int, stream: Any, dev: Any) -> Batch:
     """`count` samples, queued without waiting, then read; the synchronised wall clock around them all."""
     import torch
 
@@ -339,7 +347,7 @@ def _batch(call: Callable[[], Any], buffer: Any, count: int, stream: Any, dev: A
     torch.cuda.synchronize(dev)  # every stream of the device: nothing queued before counts
     start = time.perf_counter()
     for _ in range(count):
-        _flush(buffer)
+        before()
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         begin.record(stream)
         call()
@@ -350,18 +358,18 @@ def _batch(call: Callable[[], Any], buffer: Any, count: int, stream: Any, dev: A
     return Batch(tuple(begin.elapsed_time(end) * 1000.0 for begin, end in events), wall_s * 1e6)  # ms -> us
 
 
-def _overhead_us(buffer: Any, stream: Any, dev: Any) -> float:
-    """The harness's own synchronised wall time per sample: the flush, two events, the loop.
+def _overhead_us(before: Callable[[], None], stream: Any, dev: Any) -> float:
+    """The harness's own synchronised wall time per sample: the flush (and any preparation), two events, the loop.
 
     The median batch: the fastest would understate it, and every microsecond understated here is one
     the synchronised clock adds to an honest call."""
-    batches = [_batch(lambda: None, buffer, OVERHEAD_SAMPLES, stream, dev) for _ in range(OVERHEAD_BATCHES)]
+    batches = [_batch(lambda: None, before, OVERHEAD_SAMPLES, stream, dev) for _ in range(OVERHEAD_BATCHES)]
     return statistics.median(b.wall_us / len(b.events_us) for b in batches)
 
 
 def _sample(
     call: Callable[[], Any],
-    buffer: Any,
+    before: Callable[[], None],
     min_repeats: int,
     max_repeats: int,
     budget_s: float,
@@ -376,7 +384,7 @@ def _sample(
     try:
         start = time.perf_counter()
         while taken < max_repeats:
-            batches.append(_batch(call, buffer, min(size, max_repeats - taken), stream, dev))
+            batches.append(_batch(call, before, min(size, max_repeats - taken), stream, dev))
             taken += len(batches[-1].events_us)
             spent = time.perf_counter() - start
             if taken >= min_repeats and spent >= budget_s:

@@ -119,7 +119,7 @@ class WarmUp:
         return {**asdict(self), "samples_us": list(self.samples_us)}
 
 
-def _is_stable(samples_us: Sequence[float], window: int, rel_tol: float) -> bool:
+def is_stable(samples_us: Sequence[float], window: int = 3, rel_tol: float = 0.1) -> bool:
     """Whether the median of the last `window` samples is within `rel_tol` of the `window` before."""
     if len(samples_us) < 2 * window:
         return False
@@ -165,7 +165,7 @@ def warm_up(
             sync()
         t1 = clock()
         samples.append((t1 - t0) / 1000.0)
-        if len(samples) >= min_calls and _is_stable(samples, window, rel_tol):
+        if len(samples) >= min_calls and is_stable(samples, window, rel_tol):
             stable = True
             break
         if t1 - start >= max_s * 1e9:
@@ -183,6 +183,7 @@ def time_cpu(
     clock: Callable[[], int] = time.perf_counter_ns,
     disable_gc: bool = True,
     method: str = "cpu_perf_counter",
+    prepare: Callable[[], Any] | None = None,
 ) -> TimingResult:
     """Time `fn()` by the wall clock: warm-up calls (unrecorded), then timed calls.
 
@@ -191,7 +192,8 @@ def time_cpu(
     Timed calls continue until `budget_s` seconds of measuring have passed (warm-ups not counted),
     but never fewer than `min_repeats` nor more than `max_repeats`. Each sample is the
     `clock()` difference (integer nanoseconds) around one call. The garbage collector is paused
-    while timing unless `disable_gc` is False (as `timeit` does).
+    while timing unless `disable_gc` is False (as `timeit` does). `prepare`, when given, runs before
+    every call (warm-up ones too), outside each sample's clock (an in-place op's input restored).
     """
     if min_repeats < 1:
         raise ValueError("min_repeats must be at least 1")
@@ -201,10 +203,12 @@ def time_cpu(
         raise ValueError("warmup and budget_s must be non-negative")
     stable: bool | None = None
     if warmup is None:
-        warm = warm_up(fn, clock=clock)
+        warm = warm_up(fn, clock=clock, prepare=prepare)
         warmup, stable = warm.calls, warm.stable
     else:
         for _ in range(warmup):
+            if prepare is not None:
+                prepare()
             fn()
     gc_was_enabled = gc.isenabled()
     if disable_gc:
@@ -214,6 +218,8 @@ def time_cpu(
     try:
         start = clock()
         while len(samples_ns) < max_repeats:
+            if prepare is not None:
+                prepare()
             t0 = clock()
             fn()
             t1 = clock()

@@ -237,6 +237,8 @@ class TorchCudaProfiler:
     def profile(self, fn: Callable[[], Any], facts: WorkloadFacts, request: Measure | None = None) -> Profile:
         """Run `fn` (already warmed up) once under torch.profiler and return its kernels."""
         ensure_cuda()
+        if facts.before_call is not None:  # before the trace starts: its work is not the call's
+            facts.before_call()
         trace_path, trace = self._record(fn, record_shapes=facts.per_shape)
         peaks = for_current_device(self.device, self.measured_peaks)
         settings = {"trace_path": str(trace_path) if trace_path else None}

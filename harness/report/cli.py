@@ -42,7 +42,7 @@ from harness.cards.model import (
     write_json_atomic,
     write_text_atomic,
 )
-from harness.cards.reproduce import report_gpu, reproduce
+from harness.cards.reproduce import reported_device, reproduce
 from harness.cards.rules import NOT_ENOUGH, RuleSet, classify_report
 from harness.errors import HarnessError
 
@@ -260,7 +260,9 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     rules = RuleSet()
     before = _reclassified(load_report(args.before), rules)
     after = _reclassified(load_report(args.after), rules)
-    diff = diff_reports(before, after)
+    # The side whose cards record no environment is a report's: judged where that report says it was profiled.
+    device = args.report_device or reported_device(before) or reported_device(after)
+    diff = diff_reports(before, after, report_device=device)
     if not diff.cards:
         raise CliError(f"{args.before} and {args.after} share no card id; nothing to compare")
     # Named by each side's folder, experiment and variant: two best.json files are otherwise indistinguishable.
@@ -315,7 +317,7 @@ def _cmd_import_ncu(args: argparse.Namespace) -> int:
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     measured = load_report(args.baseline)
     report = lint_report(load_report(args.report)).normalized
-    device = report_gpu(report, args.report_device)
+    device = reported_device(report, args.report_device)
     results = reproduce(measured, report, device)
     if args.json:
         print(json.dumps({"report_device": device, "cards": [r.as_dict() for r in results]}, indent=1))
@@ -368,14 +370,16 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--out", help="also write the Markdown diff to this file")
     diff.add_argument("--html", metavar="OUT.html",
                       help="also write a self-contained HTML page (plots inline, no network)")
+    diff.add_argument("--report-device", help="where a side's report cards were profiled (default: what that "
+                      "report says: its declaration, or the device its capture ran on)")
     diff.set_defaults(run=_cmd_diff)
 
     rep = sub.add_parser("reproduce", help="did a measured baseline run the report's kernels at its speed? "
                          "REPRODUCED / OTHER_KERNELS / OTHER_SPEED / NOT_COMPARABLE per card")
     rep.add_argument("baseline", help="a run's baseline.json (or any report of measured cards)")
     rep.add_argument("--report", help="the report its cards come from (default: the shipped baseline)")
-    rep.add_argument("--report-device", help="the GPU the report was profiled on (default: what the report "
-                     "declares, e.g. H200)")
+    rep.add_argument("--report-device", help="the device the report was profiled on (default: what the report "
+                     "says: its declaration, e.g. H200, or the device its capture ran on)")
     rep.add_argument("--json", action="store_true", help="per card: verdict, families_report, families_here, "
                      "time_ratio, class_report, class_here, class_compared, reason")
     rep.set_defaults(run=_cmd_reproduce)

@@ -1,24 +1,27 @@
-"""The end-to-end view across cards: where the report's time is, and what the measured wins would save.
+"""The end-to-end view across cards: where the model's time is, and what the measured wins would save.
 
-Each card's time is its summed kernel time in the report (one call of that op at that shape; the
-report gives no call counts, so shares are of the summed card times). A card's saving, if its
-adopted variant were taken into the model, is report_us x (1 - 1/speedup), counted only when the
-speedup can stand for the report's GPU: the variant was adopted (feasible, confirmed FASTER on a
-fair same-machine comparison) and it was measured on the report's GPU model (`report_device` where given,
-else what the report declares: the shipped report's H200) at workload scale 1. Anywhere else (a CPU, another GPU, a
-reduced scale) the table shows the measured speedup and "not projected". Savings are summed per
-resolution and stage (dit, vae, attention, output).
+Each card's time is its time in the model (harness.cards.measures.time_in_model): for a capture, its share of the
+captured forward (all its calls), the shares being of the forward and of the stage's time in the model (every op
+the capture recorded in that stage, cards or not); for a report with no call counts (the shipped one), its summed
+kernel time per invocation, the shares being of the summed card times. The page says which, per card. A card's
+saving, if its adopted variant were taken into the model, is its time in the model x (1 - 1/speedup), counted
+only when the speedup can stand for the report's device: the variant was adopted (feasible, confirmed FASTER on
+a fair same-machine comparison) and it was measured on the report's device (harness.cards.reproduce.reported_device:
+`report_device` where given, else what the report declares, the shipped report's H200, or the device a capture
+ran on) at workload scale 1. Anywhere else (another device, a reduced scale) the table shows the measured speedup
+and "not projected". Cards are listed costliest in the model first; savings are summed per resolution and stage.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from harness.cards.diff_markdown import speedup_text, verdict_text
 from harness.cards.diff_rows import CardDiff
-from harness.cards.measures import card_time_us
-from harness.cards.model import Card, Report
+from harness.cards.measures import time_in_model, time_sources
+from harness.cards.model import CAPTURE_KEY, Card, Report
 
 FASTER = "FASTER"
 
@@ -73,37 +76,77 @@ def best_per_card(results: list[CardResult]) -> dict[str, CardResult]:
 
 
 def _us(card: Card) -> float:
-    return card_time_us(card, prefer_timing=False) or 0.0
+    found = time_in_model(card)
+    return found.us if found is not None else 0.0
+
+
+@dataclass(frozen=True)
+class _Totals:
+    """What the shares of the view are of: a capture's forward and its stages' time in the model (every recorded
+    group of the stage, cards or not), else the report's card times summed per stage and resolution."""
+
+    stage: dict[tuple[str | None, str], float]
+    resolution: dict[str | None, float]
+    whole: str  # what the second share is of: "forward" or "resolution"
+    captured: bool
+
+    @classmethod
+    def of(cls, report: Report) -> _Totals:
+        stage: dict[tuple[str | None, str], float] = defaultdict(float)
+        resolution: dict[str | None, float] = defaultdict(float)
+        for card in report.cards:
+            stage[(card.resolution, card.stage)] += _us(card)
+            resolution[card.resolution] += _us(card)
+        found = report.extra.get(CAPTURE_KEY)
+        record: dict[str, Any] = found if isinstance(found, dict) else {}
+        forward = record.get("forward_us")
+        if not isinstance(forward, (int, float)) or forward <= 0:
+            return cls(stage, resolution, "resolution", False)
+        # One forward: every card shares its resolution; a stage's time is every group of it (capture.stage_us).
+        stage_us = record.get("stage_us")
+        stages: dict[str, Any] = stage_us if isinstance(stage_us, dict) else {}
+        for key in stage:
+            stage[key] = max(stage[key], float(stages.get(key[1]) or 0.0))
+        return cls(stage, {key: float(forward) for key in resolution}, "forward", True)
+
+
+def _intro(totals: _Totals, report: Report, measured_on: str, report_device: str | None) -> list[str]:
+    if totals.captured:
+        basis = ("Time in model us: the card's time in one forward of the captured model (its share of the plain "
+                 "forward's time, all its calls); shares are of the forward and of the stage's time in the model "
+                 "(every op of the stage the capture recorded, cards or not).")
+    else:
+        basis = ("Report us: the report card's kernel-duration sum per invocation (one call of that op at that "
+                 "shape); shares are of these sums.")
+    return [
+        "## End to end: the report's time and what adopting the wins would save",
+        "",
+        f"Speedups measured on {measured_on}. A saving (the card's time in the model x (1 - 1/speedup)) is "
+        "projected only for an adopted win (feasible, confirmed FASTER, fair) measured on the report's device "
+        f"({report_device or 'none named'}, setting `report_device`) at workload scale 1; elsewhere the measured "
+        f"speedup is shown and the saving reads \"not projected\". {basis} Where each card's time came from: "
+        f"{time_sources(report.cards)}.",
+        "",
+    ]
 
 
 def render_end_to_end(report: Report, results: list[CardResult], measured_on: str,
                       report_device: str | None) -> str:
-    """Markdown: per card share and saving, then per resolution and stage totals."""
+    """Markdown: per card (costliest in the model first) its time, shares, calls and saving, then per resolution
+    and stage totals."""
     chosen = best_per_card(results)
-    # Keyed by the card's resolution (None for a card without one) and stage.
-    stage_total: dict[tuple[str | None, str], float] = defaultdict(float)
-    resolution_total: dict[str | None, float] = defaultdict(float)
-    for card in report.cards:
-        stage_total[(card.resolution, card.stage)] += _us(card)
-        resolution_total[card.resolution] += _us(card)
+    totals = _Totals.of(report)
+    time_head = "time in model us" if totals.captured else "report us"
     lines = [
-        "## End to end: the report's time and what adopting the wins would save",
-        "",
-        f"Speedups measured on {measured_on}. A saving is projected onto the report's card times only for "
-        "an adopted win (feasible, confirmed FASTER, fair) measured on the report's GPU "
-        f"({report_device or 'none named'}, setting `report_device`) at workload scale 1; elsewhere the measured "
-        "speedup is shown and the saving reads \"not projected\". Report us: the report card's kernel-duration "
-        "sum per invocation (one call of that op at that shape); shares are of these sums (the report gives no "
-        "call counts).",
-        "",
-        "| card | stage | report us | share of stage | share of resolution | experiment: variant | speedup | "
-        "time verdict (what decided it) | check | saves us |",
-        "|---|---|---:|---:|---:|---|---:|---|---|---:|",
+        *_intro(totals, report, measured_on, report_device),
+        f"| card | stage | {time_head} | calls | share of stage | share of {totals.whole} | experiment: variant | "
+        "speedup | time verdict (what decided it) | check | saves us |",
+        "|---|---|---:|---:|---:|---:|---|---:|---|---|---:|",
     ]
     saved: dict[tuple[str | None, str], float] = defaultdict(float)
     measured: dict[tuple[str | None, str], float] = defaultdict(float)
     reasons: set[str] = set()
-    for card_id, result in chosen.items():
+    for card_id, result in sorted(chosen.items(), key=lambda item: -_us(item[1].card)):
         card = result.card
         key = (card.resolution, card.stage)
         us = _us(card)
@@ -120,11 +163,14 @@ def render_end_to_end(report: Report, results: list[CardResult], measured_on: st
         saved[key] += saving
         measured[key] += us
         d = result.diff
-        share_stage = us / stage_total[key] if stage_total[key] else 0.0
-        share_res = us / resolution_total[card.resolution] if resolution_total[card.resolution] else 0.0
+        share_stage = us / totals.stage[key] if totals.stage[key] else 0.0
+        whole = totals.resolution[card.resolution]
+        found = time_in_model(card)
+        calls = found.calls if found is not None and found.calls is not None else "n/a"
         lines.append(
-            f"| `{card_id}` | {card.stage} | {us:.1f} | {share_stage:.1%} | {share_res:.1%} | "
-            f"{result.experiment}: {result.variant or 'none'} | {speedup_text(d) if d else 'n/a'} | "
+            f"| `{card_id}` | {card.stage} | {us:.1f} | {calls} | {share_stage:.1%} | "
+            f"{us / whole if whole else 0.0:.1%} | {result.experiment}: {result.variant or 'none'} | "
+            f"{speedup_text(d) if d else 'n/a'} | "
             f"{verdict_text(d.timing_verdict, d.verdict_numbers) if d else 'n/a'} | {d.verdict if d else 'n/a'} | "
             f"{saving_text} |"
         )
@@ -132,15 +178,16 @@ def render_end_to_end(report: Report, results: list[CardResult], measured_on: st
         lines += ["", "Not projected: " + "; ".join(sorted(reasons)) + "."]
     lines += [
         "",
-        "| resolution | stage | report us (all cards) | cards run (us) | saves us | saves % of stage | "
-        "saves % of resolution |",
+        f"| resolution | stage | {time_head} (stage) | cards run (us) | saves us | saves % of stage | "
+        f"saves % of {totals.whole} |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for (resolution, stage), total in sorted(stage_total.items()):
+    for (resolution, stage), total in sorted(totals.stage.items(), key=lambda item: (str(item[0][0]), item[0][1])):
         key = (resolution, stage)
+        whole = totals.resolution[resolution]
         lines.append(
             f"| {resolution} | {stage} | {total:.1f} | {measured.get(key, 0.0):.1f} | {saved.get(key, 0.0):.1f} | "
             f"{saved.get(key, 0.0) / total if total else 0.0:.1%} | "
-            f"{saved.get(key, 0.0) / resolution_total[resolution] if resolution_total[resolution] else 0.0:.2%} |"
+            f"{saved.get(key, 0.0) / whole if whole else 0.0:.2%} |"
         )
     return "\n".join(lines) + "\n"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -21,6 +21,7 @@ from harness.cards.dtype import CardDtype, DtypeError, card_dtype, declared_rule
 from harness.cards.fields import UNRESOLVED
 from harness.cards.ids import CHUNK_OP_KINDS
 from harness.cards.lint import lint_report
+from harness.cards.measures import TimeInModel, time_in_model, time_sources
 from harness.cards.model import (
     Card,
     Report,
@@ -29,7 +30,7 @@ from harness.cards.model import (
     write_json_atomic,
     write_text_atomic,
 )
-from harness.cards.reproduce import Reproduction, report_gpu
+from harness.cards.reproduce import Reproduction, reported_device
 from harness.cards.rules import classify_report
 from harness.config.schema import AUTO, ExperimentConfig, HarnessConfig, experiment_of
 from harness.report.html import render_index_html
@@ -38,7 +39,7 @@ from harness.run.estimate import plan_estimate
 from harness.run.execute import RunError, card_results, describe, execute, rules_of, with_report_cards
 from harness.run.outputs import reproduction_of
 from harness.run.provenance import report_sha256
-from harness.run.selection import SelectionError, in_scope, pick_cards
+from harness.run.selection import SelectionError, in_scope, model_us, pick_cards
 from harness.run.worker import TrialWorker, worker_for
 
 log = logging.getLogger("harness")
@@ -111,7 +112,7 @@ def run_auto(cfg: HarnessConfig, run_dir: Path, compose: Compose, options: list[
     if cfg.auto.plan_only:
         estimate = plan_estimate(cfg, configs, plan.by_experiment, experiments, worker, derived.device, run_dir)
         return write_plan(with_chunks, experiments, cards, run_dir, report_sha256(cfg.report), scopes,
-                          unavailable=derived.unavailable, estimate=estimate)
+                          unavailable=derived.unavailable, estimate=estimate, device=str(derived.device))
     if not cards:
         raise RunError(f"cards={_selector(cfg)}: no selected card can run on this install "
                        f"({next(iter(left_out.values()))})")
@@ -124,7 +125,7 @@ def run_auto(cfg: HarnessConfig, run_dir: Path, compose: Compose, options: list[
                      f"{', '.join(names) or plan.unmatched.get(card.id, '')} |")
     notes = left_out_lines(left_out) + renamed_id_lines(report)
     lines += ["", "Sub-runs:", *sections, *([""] + notes if notes else []), "",
-              render_end_to_end(report, results, measured_on, report_gpu(report, cfg.report_device))]
+              render_end_to_end(report, results, measured_on, reported_device(report, cfg.report_device))]
     text = "\n".join(lines) + "\n"
     write_text_atomic(run_dir / "summary.md", text)
     write_text_atomic(run_dir / "report.html", render_index_html("harness auto run", text))
@@ -225,18 +226,22 @@ def _names_chunks(selector: Any) -> bool:
 
 
 def plan_entries(report: Report, experiments: Mapping[str, ExperimentFacts], selected: list[Card],
-                 scopes: Mapping[str, Any] | None = None, *, unavailable: Mapping[str, str]) -> list[dict[str, Any]]:
+                 scopes: Mapping[str, Any] | None = None, *, unavailable: Mapping[str, str],
+                 device: str = "cuda") -> list[dict[str, Any]]:
     """One entry per card of the report (its chunk cards last, with `chunk: true` and the op cards they
     contain): its class and proposal, the experiments that test it, whether this run's selection runs them,
     and what this install lacks to build it (`unavailable`, by op kind)."""
     every = plan_auto(report.cards, experiments, scopes)
     chosen = {card.id for card in selected}
     entries = []
-    for card in report.cards:
+    # The costliest in the model first (harness.cards.measures.time_in_model), the chunk cards after the op cards.
+    for card in sorted(report.cards, key=lambda c: (c.op_kind in CHUNK_OP_KINDS, -model_us(c))):
         names = [name for name, cards in every.by_experiment.items() if card in cards]
+        found = time_in_model(card)
         entry = {"card": card.id, "class": card.primary, "proposal": card.counter_experiment,
                  "experiments": names, "selected": card.id in chosen, "reason": every.unmatched.get(card.id),
-                 "dtype": _planned_dtype(report, card, [experiments[n] for n in names]).to_dict()}
+                 "dtype": _planned_dtype(report, card, [experiments[n] for n in names], device).to_dict(),
+                 "time_in_model": asdict(found) if found is not None else None}
         if card.op_kind in CHUNK_OP_KINDS:
             entry.update(chunk=True, contains=list(card.extra.get("contains") or []))
         if (why := unavailable.get(card.op_kind)) is not None:
@@ -245,23 +250,23 @@ def plan_entries(report: Report, experiments: Mapping[str, ExperimentFacts], sel
     return entries
 
 
-def _planned_dtype(report: Report, card: Card, planned: list[ExperimentFacts]) -> CardDtype:
+def _planned_dtype(report: Report, card: Card, planned: list[ExperimentFacts], device: str) -> CardDtype:
     """What the card will be built in (harness.cards.dtype): the first planned experiment's default, if it comes to
     that (the chunk experiments' and a replayed op's own dtype, when nothing on the card says)."""
     fallback = planned[0].workload_dtype if planned else "float32"
     try:
         return card_dtype(card, applied=[], override=None, declared=declared_rules(report.extra),
-                          experiment_dtype=fallback)
+                          experiment_dtype=fallback, device=device)
     except DtypeError as exc:
         raise RunError(str(exc)) from None
 
 
 def write_plan(report: Report, experiments: Mapping[str, ExperimentFacts], selected: list[Card], run_dir: Path,
                sha256: str, scopes: Mapping[str, Any] | None = None, *, unavailable: Mapping[str, str],
-               estimate: str | None = None) -> str:
+               estimate: str | None = None, device: str = "cuda") -> str:
     """plan.json and plan.md (`auto.plan_only=true`): what auto would run, for every card; nothing measured;
     `estimate`, the selected cards' wall time on this device (harness.run.estimate)."""
-    entries = plan_entries(report, experiments, selected, scopes, unavailable=unavailable)
+    entries = plan_entries(report, experiments, selected, scopes, unavailable=unavailable, device=device)
     write_json_atomic(run_dir / "plan.json", {"report_sha256": sha256, "cards": entries})
     left_out = left_out_lines({e["card"]: e["unavailable"] for e in entries if e.get("unavailable")})
     left_out += renamed_id_lines(report)
@@ -275,13 +280,18 @@ def write_plan(report: Report, experiments: Mapping[str, ExperimentFacts], selec
              "are selected by this run's `cards=` (run them without `auto.plan_only=true`). Nothing was measured.", "",
              *([estimate, ""] if estimate else []),
              *left_out, *([""] if left_out else []),
-             "| card | class | proposal | built in (why) | experiments | selected |", "|---|---|---|---|---|---|"]
+             f"Cards costliest in the model first; time in model from {time_sources(report.cards)}.", "",
+             "| card | class | time in model us (share, calls) | proposal | built in (why) | experiments | selected |",
+             "|---|---|---:|---|---|---|---|"]
     for e in entries:
         names = ", ".join(e["experiments"]) or f"none: {e['reason']}"
         kind = "chunk" if e.get("chunk") else (e["class"] or "no class")
         built_in = CardDtype.from_dict(e["dtype"]).line(why=False)
-        lines.append(f"| `{e['card']}` | {kind} | {e['proposal'] or ''} | {built_in} | {names} | "
+        found = TimeInModel(**e["time_in_model"]) if e.get("time_in_model") else None
+        cost = f"{found.us:.1f} ({found.line()})" if found is not None else "n/a"
+        lines.append(f"| `{e['card']}` | {kind} | {cost} | {e['proposal'] or ''} | {built_in} | {names} | "
                      f"{'yes' if e['selected'] else 'no'} |")
     text = "\n".join(lines) + "\n"
     write_text_atomic(run_dir / "plan.md", text)
     return text
+

@@ -29,6 +29,7 @@ from harness.cards.applied import (
 from harness.cards.dtype import card_dtype, declared_rules
 from harness.cards.kernel_match import report_names
 from harness.cards.measured import TrialLabel
+from harness.cards.measures import captured
 from harness.cards.model import Card, Report, load_report, save_report
 from harness.cards.noise import paired_verdict
 from harness.config.schema import experiment_of
@@ -105,7 +106,7 @@ def _card_spec(ctx: RunContext, card: Card, trials_dir: Path) -> CardSpec:
     except RoundError as exc:
         raise RunError(f"card {card.id}: {exc}") from None
     cfg, experiment_cfg = ctx.cfg, experiment_of(ctx.cfg)
-    scale = cfg.workload.scale or (1.0 if ctx.device.startswith("cuda") else cfg.workload.cpu_scale)
+    scale = card_scale(cfg.workload.scale, cfg.workload.cpu_scale, ctx.device, card)
     cast_cfg = cfg.workload.cast
     if card.op_kind == "cast" and cast_cfg.frames is None and card.id in ctx.cast_frames:
         # The report lost the cast's shape; its pair of cast cards per resolution tells 9 from 12 frames.
@@ -117,7 +118,7 @@ def _card_spec(ctx: RunContext, card: Card, trials_dir: Path) -> CardSpec:
     slack = cfg.timing.physics_slack
     return CardSpec(
         dtype=card_dtype(card, applied=applied, override=cfg.workload.dtype, declared=declared_rules(ctx.report.extra),
-                         experiment_dtype=ctx.experiment.workload_dtype),
+                         experiment_dtype=ctx.experiment.workload_dtype, device=ctx.device),
         adopted=adopted_in_chunk(card, experiment_cfg.compose_from),
         card=card.to_dict(), experiment_module=experiment_cfg.module, device=ctx.device, scale=scale,
         seed=cfg.workload.seed, inputs_dir=cfg.inputs.dir, attention=cfg.workload.attention, cast=cast_cfg,
@@ -127,6 +128,15 @@ def _card_spec(ctx: RunContext, card: Card, trials_dir: Path) -> CardSpec:
         physics_slack=slack.cuda if ctx.device.startswith("cuda") else slack.cpu,
         rules=ctx.rules, profiler=profiler_cfg, environment=ctx.environment,
     )
+
+
+def card_scale(scale: float | None, cpu_scale: float, device: str, card: Card) -> float:
+    """The scale a card is built at: `workload.scale` where the user set it (honoured; a comparison with the
+    report's card then says the scales differ and gives no time verdict); else 1 on a GPU, and 1 for a captured
+    card, which ran at that size in its model's forward on the capture's machine; else `cpu_scale`."""
+    if scale is not None:
+        return scale
+    return 1.0 if device.startswith("cuda") or captured(card) is not None else cpu_scale
 
 
 def _account(ctx: RunContext, reply: _R) -> _R:

@@ -17,7 +17,7 @@ from harness.cards.labels import transition
 from harness.cards.measured import experiment_evidence, facts_not_in_tables
 from harness.cards.measures import TIMING_BASIS, card_time_us
 from harness.cards.model import Card, Report, renamed_id_lines, save_report, write_json_atomic, write_text_atomic
-from harness.cards.reproduce import CardReproduction, Reproduction, headline, report_gpu, reproduce
+from harness.cards.reproduce import CardReproduction, Reproduction, headline, reported_device, reproduce
 from harness.cards.rules import RuleSet, class_counts, rules_text
 from harness.cards.time_verdict import VERDICT_RULE_TEXT
 from harness.config.schema import experiment_of
@@ -47,10 +47,12 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
                 ctx.run_dir / "tried.json")
     write_text_atomic(ctx.run_dir / "recipe.md", render_recipe([o.kept for o in outcomes], ctx.run_dir))
     band = same_band(ctx)
+    device = reported_device(ctx.report, ctx.cfg.report_device)
     if baseline_only(ctx.experiment):
         # Nothing to search: the experiment's check is judged on the report's card vs its re-profile.
         diffs = [diff_cards(o.report_card, o.baseline, check=ctx.experiment.check,
-                            hypothesis=ctx.experiment.hypothesis, threshold=band) for o in outcomes]
+                            hypothesis=ctx.experiment.hypothesis, threshold=band, report_device=device)
+                 for o in outcomes]
         title = f"{ctx.experiment.name}: the report's card vs its re-profile here"
         diff = ReportDiff(cards=diffs, only_before=[], only_after=[])
     else:
@@ -68,7 +70,7 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
     write_json_atomic(ctx.run_dir / "diff.json", diff.as_dict())
     reproduction = ReportDiff(
         cards=[diff_cards(o.report_card, o.baseline, check="effective_flops", threshold=band,
-                          hypothesis="the re-profiled baseline reproduces the report's card")
+                          hypothesis="the re-profiled baseline reproduces the report's card", report_device=device)
                for o in outcomes],
         only_before=[], only_after=[],
     )
@@ -78,8 +80,7 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
     write_text_atomic(ctx.run_dir / "diff.md", render_markdown(diff, title))
     reproduced = reproduction_of(ctx, outcomes)
     if reproduced is not None:
-        write_json_atomic(ctx.run_dir / REPRODUCTION_FILE, {"report_device": report_gpu(ctx.report,
-                                                                                        ctx.cfg.report_device),
+        write_json_atomic(ctx.run_dir / REPRODUCTION_FILE, {"report_device": device,
                                                             "cards": [r.as_dict() for r in reproduced]})
     write_text_atomic(ctx.run_dir / "summary.md", render_summary(ctx, outcomes, diffs, reproduced))
     return diff
@@ -159,6 +160,7 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
                    reproduced: list[CardReproduction] | None = None) -> str:
     by_card = {d.card: d for d in diffs}
     nothing_searched = baseline_only(ctx.experiment)
+    report_device = reported_device(ctx.report, ctx.cfg.report_device)
     # Why the run's profiler is not the one asked for (profiler=auto falling back from ncu), from run.py.
     fallback = [f"Profiler note: {note}" for note in ctx.environment.get("profiler_notes") or []]
     other = headline(reproduced or [])
@@ -183,7 +185,7 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
             check = f"{d.verdict}: {d.verdict_detail}" if nothing_searched and d else "n/a"
             own = f"{d.card_verdict}: {d.card_verdict_detail}" if nothing_searched and d else "n/a"
             lines.append(f"| `{o.card_id}` | {_fmt_us(base_t)} | n/a | n/a | n/a | "
-                         f"{transition(o.report_card, o.baseline)} | n/a | {why} | {check} | {own} |")
+                         f"{transition(o.report_card, o.baseline, report_device)} | n/a | {why} | {check} | {own} |")
             continue
         err = (o.tried.extra.get("correctness") or {}).get("max_rel")
         lines.append(
@@ -224,7 +226,7 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
     lines.append(render_end_to_end(
         ctx.report, card_results(ctx.experiment, outcomes, diffs, other_kernels),
         measured_on=f"{ctx.environment.get('device_name')} ({ctx.device}) at workload scale {', '.join(scales)}",
-        report_device=report_gpu(ctx.report, ctx.cfg.report_device)))
+        report_device=report_device))
     return "\n".join(lines) + "\n"
 
 

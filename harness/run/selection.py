@@ -8,9 +8,10 @@
   resolution ("480x832") or `smallest`, `largest`, or `smallest_on_cpu` (the smallest on a CPU, every
   resolution on a GPU: a CPU run stays within its budget, a GPU run covers the report);
 - `shape`: shape parameters a card must have, e.g. `{N: 64}` (each named parameter equal to the value);
-- `costliest: N` (or `cheapest: N`), the N cards with the largest (smallest) summed kernel time in the
-  report, then nominal FLOPs for cards the report gives no time, in each group of `per` (a key or a
-  list of keys, e.g. `per: op_kind`) when given.
+- `costliest: N` (or `cheapest: N`), the N cards with the largest (smallest) time in the model
+  (harness.cards.measures.time_in_model: a capture's share of the forward, else the report's kernel-duration
+  sum per invocation times the calls where known, else that sum), then nominal FLOPs for cards the report
+  gives no time, in each group of `per` (a key or a list of keys, e.g. `per: op_kind`) when given.
 
 An experiment's own op kinds are applied before `costliest`, so "the 3 costliest" are its 3 costliest.
 """
@@ -21,6 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from harness.cards.fields import UNRESOLVED
 from harness.cards.ids import parse_resolution
+from harness.cards.measures import time_in_model
 from harness.cards.model import Card, Report
 from harness.cards.selection_messages import no_card_message
 from harness.errors import HarnessError
@@ -77,13 +79,18 @@ def _resolution(cards: list[Card], value: str, device: str) -> list[Card]:
     return [c for c in cards if c.resolution == target]
 
 
+def model_us(card: Card) -> float:
+    """The card's time in the model (0 without one): what `costliest` ranks by."""
+    found = time_in_model(card)
+    return found.us if found is not None else 0.0
+
+
 def _ordered(cards: Sequence[Card], costliest: bool) -> list[Card]:
-    """By the report's summed kernel time, then nominal FLOPs, the costliest or the cheapest first; among equals
-    (the report's attention cards have neither), a card the report classified before one it did not (its class
-    is what an experiment's check reads), then the report's order."""
+    """By the time in the model, then nominal FLOPs, the costliest or the cheapest first; among equals (the
+    report's attention cards have neither), a card the report classified before one it did not (its class is
+    what an experiment's check reads), then the report's order."""
     sign = -1.0 if costliest else 1.0
-    return sorted(cards, key=lambda c: (sign * (c.summed_kernel_us or 0.0), sign * (c.nominal_mac_flops or 0.0),
-                                        c.primary is None))
+    return sorted(cards, key=lambda c: (sign * model_us(c), sign * (c.nominal_mac_flops or 0.0), c.primary is None))
 
 
 def _ranked(cards: list[Card], n: int, per: Sequence[str], costliest: bool) -> list[Card]:

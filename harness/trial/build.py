@@ -29,7 +29,7 @@ def build_trial_workload(spec: CardSpec, card: Card, experiment: Experiment) -> 
     applied = spec.applied
     # The run decides the card's dtype (harness.cards.dtype); a spec without one (a test's) is decided here alike.
     decided = spec.dtype or card_dtype(card, applied=applied, override=None, declared=[],
-                                       experiment_dtype=experiment.workload_dtype)
+                                       experiment_dtype=experiment.workload_dtype, device=spec.device)
     pin_for_card(tf32_pins(decided.math, card.op_kind))
     # The run put a cast card's frame count, which only the report's pair of cast cards tells, into spec.cast.
     workload = build_for_card(

@@ -102,13 +102,16 @@ def warm_up_until_stable(fn: Callable[[], Any], device: str) -> dict[str, Any]:
     return warm_up(fn, sync=sync).to_dict()
 
 
-def time_callable(fn: Callable[[], Any], device: str, settings: TimingSettings) -> TimingResult:
+def time_callable(fn: Callable[[], Any], device: str, settings: TimingSettings,
+                  prepare: Callable[[], Any] | None = None) -> TimingResult:
+    """`fn` timed on `device`; `prepare` (Workload.before_call) before each call, outside its clock."""
     if device.startswith("cuda"):
         from harness.profile.cuda_timing import time_cuda
 
         return time_cuda(fn, warmup=settings.warmup, min_repeats=settings.min_repeats,
-                         budget_s=settings.budget_s, cuda_graph=settings.cuda_graph)
-    return time_cpu(fn, warmup=settings.warmup, min_repeats=settings.min_repeats, budget_s=settings.budget_s)
+                         budget_s=settings.budget_s, cuda_graph=settings.cuda_graph, prepare=prepare)
+    return time_cpu(fn, warmup=settings.warmup, min_repeats=settings.min_repeats, budget_s=settings.budget_s,
+                    prepare=prepare)
 
 
 @dataclass
@@ -187,6 +190,7 @@ class _Inspection:
     checks: TrialChecks
     device: str
     declared: str | None = None  # the precision the variant declares (Prepared.precision)
+    before_call: Callable[[], None] | None = None  # before each call, untimed (Workload.before_call)
     problem: str | None = None  # the first check that refused it
     refused_by: str | None = None  # that check's name
     passed: list[str] = field(default_factory=list)  # the checks it passed, in the order they ran
@@ -228,9 +232,14 @@ class _Inspection:
         judged = self.check(output)
         return None if judged.feasible else _wrong_call(which, judged, why)
 
+    def prepare(self) -> None:
+        if self.before_call is not None:
+            self.before_call()
+
     def first_calls(self, fn: Callable[[], Any]) -> Correctness:
         """The first call judged, the inputs it may have changed, and the second draw."""
         guard = self.checks.guard
+        self.prepare()
         output = fn()
         _sync(self.device)
         correctness = self.check(output)
@@ -259,6 +268,7 @@ class _Inspection:
 
     def probe_memory(self, fn: Callable[[], Any], judge: bool) -> tuple[int, str]:
         """The memory probe as a call of its own (the variant's second; `judge`: its output checked)."""
+        self.prepare()
         memory, method, output = peak_memory_bytes(fn, self.device)
         if judge:
             self.judge_second_call(output)
@@ -278,7 +288,7 @@ class _Inspection:
         timed = _TimedCalls(fn, self if folded else None)
         t0 = time.perf_counter()
         try:
-            timing: TimingResult | None = time_callable(timed, self.device, settings)
+            timing: TimingResult | None = time_callable(timed, self.device, settings, self.before_call)
         except _RefusedMidTiming:
             timing = None
         self.timing_s = time.perf_counter() - t0 - timed.checks_s  # its checks counted themselves (look)
@@ -325,7 +335,8 @@ def measure_prepared(
     draw and the device's physical floor. Any of them failing makes the card infeasible with that reason
     in its correctness note. `spec` rebuilds the trial in another process, for profilers that need one (ncu).
     """
-    inspection = _Inspection(check, checks or TrialChecks(), workload.device, declared=prepared.precision)
+    inspection = _Inspection(check, checks or TrialChecks(), workload.device, declared=prepared.precision,
+                             before_call=workload.before_call)
     guard = inspection.checks.guard
     fn = prepared.fn
     phases: dict[str, float] = {}

@@ -155,10 +155,13 @@ def run_trial(written: dict[str, Any], clock: PhaseClock) -> None:
                 fn = prepare_baseline(spec, workload, experiment)[0].fn
             else:
                 fn = experiment.prepare(request.variant, carried, request.params).fn
+        before_call = workload.before_call or (lambda: None)  # an in-place replay's target restored, unprofiled
         with clock.phase("warm_up"):  # under ncu, outside the NVTX range: nothing of it is profiled
             warmup = spec.timing.warmup
             for _ in range(WARMUP_CALLS if warmup is None else warmup):
+                before_call()
                 fn()
+            before_call()
             sync()
         with clock.phase("profiled_call"):
             if cuda:

@@ -228,6 +228,9 @@ class Bound:
     # Inputs computed from the activations, as the model computes them (dit_block's per-token temb from the
     # per-frame timestep projection): a draw replaces them along with the activations.
     derived: dict[str, torch.Tensor] = field(default_factory=dict)
+    # What must run before each call of `run`, outside every clock and profiled range (an in-place replay's
+    # target restored from its input: harness.workloads.replay); None: nothing.
+    before_call: Callable[[], None] | None = None
 
 
 BindFn = Callable[[dict[str, torch.Tensor]], Bound]  # the activations of one call -> that call's op
@@ -333,6 +336,8 @@ class Workload:
     # (harness.trial.rounds entries, `experiment.compose_from`), for a variant to compose them on the whole module.
     adopted: dict[str, list[AppliedVariant]] = field(default_factory=dict)
     activations: tuple[str, ...] = ()  # the inputs that vary per call; every other input is a constant
+    # Run before each call of `run`, outside any clock or profiled range (Bound.before_call); None: nothing.
+    before_call: Callable[[], None] | None = field(default=None, repr=False)
     draw: int = 0  # which draw of the activations `inputs` holds (0: the card's own)
     _draws: Draws | None = field(default=None, repr=False)
     # The reference `_draws.bind` made for these inputs: a workload whose `_reference` is another (an
@@ -372,6 +377,7 @@ class Workload:
         names = ", ".join(self.activations)
         made = dataclasses.replace(
             self, inputs=inputs, run=bound.run, _reference=bound.reference, _bound=bound.reference, draw=draw,
+            before_call=bound.before_call,
             input_source=f"{self.input_source}; draw {draw}: {names} seeded", input_hash=None,
             notes=[*self.notes, f"draw {draw}: {names} drawn anew at the spread of draw 0's; every other input is "
                                 "draw 0's tensor"],
@@ -427,7 +433,7 @@ class Workload:
 
         return WorkloadFacts(
             flops=self.flops, min_bytes=self.min_bytes, dtype=dtype_name(self.dtype), op_kind=self.op_kind,
-            per_shape=self.op_kind in CHUNK_OP_KINDS,
+            per_shape=self.op_kind in CHUNK_OP_KINDS, before_call=self.before_call,
         )
 
 

@@ -151,6 +151,7 @@ def build_workload(
         _reference=bound.reference,
         module=built.get("module"),
         activations=activations,
+        before_call=bound.before_call,
         _draws=Draws(bind=built["bind"], spreads={name: source.spreads[name] for name in activations}, seed=seed,
                      varying=built.get("varying", {}), calls=built.get("calls"),
                      second_call={n: source.second_call[n] for n in activations if n in source.second_call}),

@@ -24,8 +24,14 @@ tensor is held constant across draws (another draw of indices would be out of ra
 The float64 reference is the same call with every floating tensor, and every floating dtype argument (the
 `dtype=torch.float32` of a softmax would undo it), in float64, except for a cast, whose dtype argument is the
 op. An op without a float64 kernel here is its own reference, converted: its rounding is then not judged.
-Only the first tensor of a tuple output is returned and checked. In-place calls are refused (the capture skips
-them): they change their inputs, which the harness must keep intact. Replayed calls do not batch.
+Only the first tensor of a tuple output is returned and checked. Replayed calls do not batch.
+
+An in-place call (torch's trailing underscore, an in-place operator, `inplace=True`, `out=`) writes into one of
+its tensors, `writes` (default: its `out=`, else its first argument): its replay writes into a copy of that
+input, made when the call is bound and restored from it before each call (`Workload.before_call`, outside every
+clock and profiled range), so that the write is the op's work and is timed, the copy is not, every call writes
+into the same values (a `+=` does not accumulate), and the inputs stay intact. What it returns (the written
+tensor) is checked against the same call on float64 copies.
 """
 
 from __future__ import annotations
@@ -70,10 +76,12 @@ class Call:
     tensors: dict[str, dict[str, Any]]  # name -> {shape, dtype, layout}, in the order the call uses them
     activations: tuple[str, ...]
     reduction_length: int
+    writes: str | None = None  # the tensor an in-place call writes into (None: it computes a new one)
 
     def shape(self) -> dict[str, Any]:
         return {"callable": self.name, "args": self.args, "kwargs": self.kwargs, "tensors": self.tensors,
-                "activations": list(self.activations), "reduction_length": self.reduction_length}
+                "activations": list(self.activations), "reduction_length": self.reduction_length,
+                **({"writes": self.writes} if self.writes else {})}
 
     def dtype(self, name: str) -> torch.dtype:
         return tensor_dtype(self.tensors[name]["dtype"], f"tensor {name!r} dtype")
@@ -133,9 +141,7 @@ def parse_call(params: dict[str, Any]) -> Call:
     args, kwargs = params.get("args") or [], params.get("kwargs") or {}
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise WorkloadError(f"{KIND}: args must be a list and kwargs an object (harness.workloads.call_codec)")
-    why = _in_place(name, fn, args, kwargs)
-    if why:
-        raise WorkloadError(f"{KIND}: {name} is not replayed: {why}, and the harness keeps its inputs intact")
+    writes = _written(name, fn, args, kwargs, params.get("writes"))
     specs = params.get("tensors") or {}
     if not isinstance(specs, dict):
         raise WorkloadError(f"{KIND}: tensors must be an object {{name: {{shape, dtype, layout}}}}")
@@ -150,7 +156,24 @@ def parse_call(params: dict[str, Any]) -> Call:
         raise WorkloadError(f"{KIND}: activations must list tensors the call uses ({', '.join(used) or 'none'}), "
                             f"got {wanted!r}")
     reduction = positive_int(KIND, "reduction_length", params.get("reduction_length", 1))
-    return Call(name, fn, args, kwargs, tensors, activations, reduction)
+    if writes is not None and writes not in tensors:
+        raise WorkloadError(f"{KIND}: writes names {writes!r}, not a tensor the call uses ({', '.join(used)})")
+    return Call(name, fn, args, kwargs, tensors, activations, reduction, writes)
+
+
+def _written(name: str, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], given: Any) -> str | None:
+    """The tensor an in-place call writes into: `given` (the capture's `writes`), else its out=, else its first
+    argument; None for a call that writes into none."""
+    why = _in_place(name, fn, args, kwargs)
+    if why is None:
+        return None
+    if given is not None:
+        return str(given)
+    target = kwargs.get("out") if kwargs.get("out") is not None else (args[0] if args else None)
+    if not (isinstance(target, dict) and set(target) == {"tensor"}):
+        raise WorkloadError(f"{KIND}: {name} writes into its arguments ({why}) but names no tensor to write into: "
+                            "give `writes`")
+    return str(target["tensor"])
 
 
 def _spec(name: str, spec: Any) -> dict[str, Any]:
@@ -255,20 +278,32 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
 
     def bind(drawn: dict[str, torch.Tensor], wide_kernel: bool = True) -> Bound:
         tensors = {**inputs, **drawn}
-        args, kwargs = call.decoded(tensors, device)
+        written = call.writes
+        target = _copy_of(tensors[written]) if written else None  # an in-place call's own copy of its input
+        args, kwargs = call.decoded({**tensors, written: target} if written and target is not None else tensors,
+                                    device)
 
         def run() -> torch.Tensor:
             return first_tensor(call.fn(*args, **kwargs), call.name)
 
+        def restore() -> None:
+            assert written is not None and target is not None
+            target.copy_(tensors[written])
+
+        def own(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            """The tensors a reference calls on: an in-place call's target copied, so that it writes no input."""
+            return {n: _copy_of(t) if n == written else t for n, t in values.items()}
+
         def reference(wide: torch.dtype) -> torch.Tensor:
             if not wide_kernel:
-                return run().to(wide)
+                own_args, own_kwargs = call.decoded(own(tensors), device)
+                return first_tensor(call.fn(*own_args, **own_kwargs), call.name).to(wide)
             widened = {n: t.to(wide) if t.is_floating_point() else t for n, t in tensors.items()}
-            wide_args, wide_kwargs = call.decoded(widened, device, wide)
+            wide_args, wide_kwargs = call.decoded(own(widened), device, wide)
             out = first_tensor(call.fn(*wide_args, **wide_kwargs), call.name)
             return out.to(wide) if out.is_floating_point() else out
 
-        return Bound(run, reference)
+        return Bound(run, reference, before_call=restore if written else None)
 
     output, wide_kernel = _probe(call, inputs, bind({}))
     if not wide_kernel:
@@ -278,9 +313,19 @@ def build(plan_: Plan, source: Source, layout: str | None) -> dict[str, Any]:
             "bind": lambda drawn: bind(drawn, wide_kernel)}
 
 
+def _copy_of(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy on the same strides (the inputs are laid out so that each element is held once)."""
+    try:
+        return torch.empty_strided(tensor.size(), tensor.stride(), dtype=tensor.dtype,
+                                   device=tensor.device).copy_(tensor)
+    except RuntimeError:  # overlapping strides: a contiguous copy
+        return tensor.clone(memory_format=torch.contiguous_format)
+
+
 def _probe(call: Call, inputs: dict[str, torch.Tensor], bound: Bound) -> tuple[torch.Tensor, bool]:
     """One call on the inputs as built, refused when it writes into them or returns one of them; and whether
-    the op has a float64 kernel here (its reference raises without one)."""
+    the op has a float64 kernel here (its reference raises without one). An in-place call's target is restored
+    after it (its first measured call writes into the input's values)."""
     guard = InputGuard(inputs)
     try:
         output = bound.run()
@@ -289,6 +334,9 @@ def _probe(call: Call, inputs: dict[str, torch.Tensor], bound: Bound) -> tuple[t
     except Exception as exc:
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
         raise WorkloadError(f"{KIND}: {call.name} raised on its recorded shapes ({first})") from None
+    if bound.before_call is not None:
+        output = output.clone()
+        bound.before_call()
     problem = guard.aliased(output) or guard.check_and_restore()
     if problem:
         raise WorkloadError(f"{KIND}: {call.name}: {problem}; replay only ops that compute a new tensor")

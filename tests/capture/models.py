@@ -96,3 +96,45 @@ class Varies(torch.nn.Module):
 
 def varies() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
     return Varies(), (torch.randn(2, 4),)
+
+
+class _Residual3d(torch.nn.Module):
+    """torchvision's r3d BasicBlock in small: Conv3d + BatchNorm3d + ReLU(inplace=True) twice, `out += identity`,
+    and a last in-place ReLU (torchvision is not installable beside this torch: the block is written out)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv3d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm3d(channels)
+        self.relu = torch.nn.ReLU(inplace=True)
+        self.conv2 = torch.nn.Conv3d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = torch.nn.BatchNorm3d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        out += identity
+        return self.relu(out)
+
+
+class R3dLike(torch.nn.Module):
+    """A stem (Conv3d, BatchNorm3d, in-place ReLU) and one residual layer, as torchvision's r3d_18 starts."""
+
+    def __init__(self, channels: int = 8) -> None:
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv3d(3, channels, (3, 7, 7), padding=(1, 3, 3), bias=False),
+                                        torch.nn.BatchNorm3d(channels), torch.nn.ReLU(inplace=True))
+        self.layer1 = _Residual3d(channels)
+
+    def forward(self, clip: torch.Tensor) -> torch.Tensor:
+        return self.layer1(self.stem(clip))
+
+
+def r3d_like() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    model = R3dLike()
+    for norm in (model.stem[1], model.layer1.bn1, model.layer1.bn2):  # running statistics a trained model has
+        torch.nn.init.uniform_(norm.running_mean, -0.5, 0.5)
+        torch.nn.init.uniform_(norm.running_var, 0.5, 1.5)
+    return model, (torch.randn(1, 3, 4, 16, 16),)

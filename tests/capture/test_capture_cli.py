@@ -164,3 +164,31 @@ def test_a_capture_on_a_gpu_declares_that_gpu(tmp_path):
                     "--top", "2")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((out / "report.json").read_text())["device"] == torch.cuda.get_device_name(0)
+
+
+@pytest.mark.slow
+def test_a_cpu_capture_runs_through_auto_as_captured_and_judged_on_its_own_device(tmp_path):
+    """The issue's done-when on an r3d-like model: its in-place calls are cards, the printed next: command runs its
+    cards at scale 1 with the capture's thread setting, the hottest card by share is measured, and no summary or
+    diff names an H200 (a CPU capture names its CPU)."""
+    out = tmp_path / "r3d"
+    proc = _capture("tests.capture.models:r3d_like", "--out", str(out), "--top", "8", "--threads", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = load_report(out / "report.json")
+    ops = {c.op for c in report.cards}
+    assert {"aten.relu_.default", "aten.add_.Tensor"} <= ops  # ReLU(inplace=True) and out += identity
+    record = report.extra["capture"]
+    assert record["threads"] == 1 and record["forwards"] >= 3 and "device" not in json.loads(
+        (out / "report.json").read_text())
+    command = next(line for line in proc.stdout.splitlines() if line.startswith("next: "))[len("next: "):]
+    assert command.endswith("timing.cpu_threads=1") and "scale" not in command
+    run = subprocess.run([*command.replace("python", sys.executable, 1).split(), f"hydra.run.dir={tmp_path / 'auto'}",
+                          "search.n_trials=2", "timing.budget_s=0.05", "timing.drift_budget_s=0.02",
+                          "timing.confirm_rounds=2"], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    hottest = max(report.cards, key=lambda c: c.extra["capture"]["share_of_forward"])
+    measured = [load_report(path).cards[0] for path in (tmp_path / "auto").glob("*/trials/*/baseline.json")]
+    assert hottest.id in {c.id for c in measured}
+    assert all(c.extra["workload"]["scale"] == 1.0 for c in measured)
+    pages = [*(tmp_path / "auto").glob("**/summary.md"), *(tmp_path / "auto").glob("**/diff.md")]
+    assert pages and not [p for p in pages if "H200" in p.read_text()]

@@ -31,8 +31,9 @@ def _signature(params: dict) -> tuple:
     return params["input"][1], params["weight"][0], tuple(params["weight"][2:]), params["input"][2]
 
 
-# The re-profile's timing at its floor: these tests check what is captured and that each card replays, not its time.
-FAST = ("--override", "timing.budget_s=0.02", "--override", "timing.min_repeats=3")
+# The forwards' and the re-profile's timing at their floor: these tests check what is captured and that each card
+# replays, not its time.
+FAST = ("--settle-s", "0", "--override", "timing.budget_s=0.02", "--override", "timing.min_repeats=3")
 
 
 def _every_group_a_card_that_replays(out: Path, report: dict) -> list[dict]:

@@ -12,9 +12,9 @@ from harness.capture.recorder import CaptureMismatch, own_seconds, record_forwar
 
 
 def _groups(model, *inputs, stage_of=lambda child: child):
-    groups, forward_s = record_forward(model.eval(), inputs, False, stage_of, repeats=1)
-    assert forward_s > 0
-    return groups
+    recorded = record_forward(model.eval(), inputs, False, stage_of, repeats=1)
+    assert recorded.forward_s > 0
+    return recorded.groups
 
 
 def _only(groups, op):
@@ -91,18 +91,32 @@ def test_a_cast_is_the_cast_workload_and_a_no_op_to_is_not():
     assert same.op_kind == "replay"
 
 
-def test_in_place_and_unencodable_calls_are_recorded_but_not_replayable():
+def test_an_in_place_call_is_replayable_on_what_its_target_held_before_it_wrote():
     class InPlace(torch.nn.Module):
         def forward(self, x):
             y = x * 1.0
             y.add_(1)
+            torch.nn.functional.relu(y, inplace=True)
+            y += x
             return y
 
-    group = _only(_groups(InPlace(), torch.randn(4)), "aten.add_.Tensor")
-    assert group.shape.replayable and "in place" in group.shape.replayable
+    x = torch.randn(4)
+    groups = _groups(InPlace(), x)
+    relu = _only(groups, "aten.relu_.default")
+    added = [g for g in groups if g.shape.op == "aten.add_.Tensor"]
+    assert len(added) == 2 and all(g.shape.replayable is None for g in (relu, *added))
+    first = next(g for g in added if g.shape.shape_parameters["kwargs"] == {} and len(g.shape.tensors) == 1)
+    # Its input is what y held before add_ wrote: x * 1.0, not x + 1; `writes` names it.
+    assert torch.equal(first.shape.tensors[first.shape.shape_parameters["writes"]], x)
+    assert torch.equal(relu.shape.tensors["arg0"], x + 1)  # relu_ wrote into x + 1: its copy holds x + 1
+    assert relu.shape.shape_parameters["kwargs"] == {"inplace": True}
+
+
+def test_views_allocations_and_unencodable_calls_are_recorded_but_not_replayable():
     x = torch.randn(2, 3)
     # F.normalize reaches the recorder with its defaults, out=None among them: not in place.
     assert describe_call(F.normalize, (x,), {"dim": 1, "out": None}, F.normalize(x), set()).replayable is None
+    # An in-place call whose target nobody copied before it wrote (only the recorder does) has lost its input.
     assert "in place" in describe_call(F.normalize, (x,), {"out": torch.empty(2, 3)}, x, set()).replayable
     view = describe_call(torch.Tensor.reshape, (x, (3, 2)), {}, x.reshape(3, 2), set())
     assert view.replayable and "view of its input" in view.replayable
@@ -145,7 +159,8 @@ class HalfAsleep(torch.nn.Module):
 
 
 def test_shares_are_of_the_forward_and_add_up_to_at_most_one():
-    groups, forward_s = record_forward(HalfAsleep(), (torch.randn(8),), False, lambda c: c, repeats=2)
+    recorded = record_forward(HalfAsleep(), (torch.randn(8),), False, lambda c: c, repeats=2)
+    groups, forward_s = recorded.groups, recorded.forward_s
     slept = next(g for g in groups if g.shape.op.endswith("_sleeper"))
     # 30 of at least 60 ms: a sleep never returns early, and sleeping longer (a loaded machine) only lowers it.
     assert 0.3 < slept.share <= 0.55, slept.share

@@ -305,8 +305,10 @@ def test_transition_draws_one_arrow_only_within_one_source_and_machine():
     report_a, report_b = _report_card(COMPUTE_BOUND), _report_card(PARTIAL_WAVE_TAIL)
     assert transition(report_a, report_b) == "compute_bound -> partial_wave_tail"
     here = _cpu_card(primary=DRAM_BANDWIDTH_BOUND)
-    assert transition(report_a, here) == ("report: compute_bound (ncu, H200); "
-                                          "here: dram_bandwidth_bound (cpu estimate, Intel Xeon on cpu-1)")
+    assert transition(report_a, here, "H200") == ("report: compute_bound (ncu, H200); "
+                                                  "here: dram_bandwidth_bound (cpu estimate, Intel Xeon on cpu-1)")
+    # The report's device is what the report says (harness.cards.reproduce.reported_device), never assumed.
+    assert transition(report_a, here, None).startswith("report: compute_bound (ncu, the report names no device); ")
     assert transition(here, _cpu_card()) == "dram_bandwidth_bound -> compute_bound (cpu estimate)"
     other_host = transition(here, _cpu_card(host="cpu-2"))
     assert "->" not in other_host and "cpu-1" in other_host and "cpu-2" in other_host

@@ -46,7 +46,7 @@ def test_the_h200_trace_estimate_of_842ecd_gets_no_confident_class(traced, seed_
     assert top.evidence["waves"] == pytest.approx(1.1818, abs=1e-4)
     assert PARTIAL_WAVE_TAIL in top.evidence["possible_classes"]
     assert class_name(here) == NOT_ENOUGH
-    assert transition(report, here) == (
+    assert transition(report, here, "H200") == (
         f"report: partial_wave_tail (ncu, H200); here: {NOT_ENOUGH} (trace estimate, NVIDIA H200 on vm)")
 
 

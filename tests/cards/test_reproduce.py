@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.cards.model import Card, Kernel, load_report
-from harness.cards.reproduce import Reproduction, headline, reproduce, reproduce_card
+from harness.cards.reproduce import Reproduction, headline, reported_device, reproduce, reproduce_card
 from harness.report.cli import main
 
 H200 = Path(__file__).parents[1] / "fixtures" / "h200_baselines"
@@ -129,13 +129,17 @@ def test_the_fairness_note_names_what_differs_never_a_missing_machine():
     from harness.cards.diff import diff_cards
 
     report = load_report()
+    device = reported_device(report)  # H200: the shipped report's declaration
     measured = load_report(H200 / "reprofile_ncu.json")
     linear = measured.card("dit-480-linear-m3n5120k256-ff7b7c")
-    d = diff_cards(report.card(linear.id), linear, check="effective_flops")
+    d = diff_cards(report.card(linear.id), linear, check="effective_flops", report_device=device)
     assert not d.fair and "kernels: the report ran nvjet, here gemmSN_TN_kernel" in d.fairness_note
     conv = measured.card("vae-480-conv3d-16to16k111t3-9507c7")
-    d = diff_cards(report.card(conv.id), conv, check="effective_flops")
+    d = diff_cards(report.card(conv.id), conv, check="effective_flops", report_device=device)
     assert d.fair and "H200" in d.fairness_note and "only one side records" not in d.fairness_note
+    # Declared another GPU, the same re-profile is not a fair comparison, and the note names both devices.
+    d = diff_cards(report.card(conv.id), conv, check="effective_flops", report_device="H100")
+    assert not d.fair and "device: the report's H100 vs NVIDIA H200" in d.fairness_note
 
 
 def test_the_reports_gpu_is_the_one_given_else_the_one_it_declares(tmp_path, capsys):

@@ -13,7 +13,7 @@ from harness.cards.diff_rows import ReportDiff
 from harness.cards.lint import normalize
 from harness.cards.model import Kernel
 from harness.cards.noise import paired_verdict
-from harness.cards.reproduce import report_gpu
+from harness.cards.reproduce import reported_device
 from harness.cards.rules import classify_card
 from harness.report.overview import CardResult, render_end_to_end
 
@@ -90,7 +90,7 @@ def test_the_card_own_check_and_the_class_source_are_on_the_row(seed_report):
 def test_the_end_to_end_view_projects_only_wins_measured_on_the_report_gpu_at_scale_1(seed_report):
     report_card, base, tried, _ = _pair(seed_report, 2.0)
     row = diff_cards(base, tried, adopted=True)
-    declared = report_gpu(seed_report)  # H200, as the shipped report's declaration says
+    declared = reported_device(seed_report)  # H200, as the shipped report's declaration says
     on_cpu = render_end_to_end(seed_report, [CardResult(report_card, "planted", "once", row, measured=base)],
                                measured_on="a CPU", report_device=declared)
     assert "| not projected |" in on_cpu and "not the report's H200" in on_cpu

@@ -138,12 +138,8 @@ def test_tuple_output_and_an_output_the_meta_device_cannot_size():
 @pytest.mark.parametrize("call, message", [
     ({"callable": "os.system", "args": ["true"]}, "'os.system' is not an operator of the torch package"),
     ({"callable": "torch.save", "args": []}, "'torch.save' is not an operator of the torch package"),
-    ({**ADD, "callable": "torch.Tensor.add_"}, "in-place form"),
-    ({**ADD, "callable": "torch.Tensor.__iadd__"}, "in-place operator"),
-    ({**ADD, "callable": "torch.add", "kwargs": {"out": {"tensor": "a"}}}, "out= argument"),
-    ({**ADD, "callable": "torch.nn.functional.relu", "args": [{"tensor": "a"}], "kwargs": {"inplace": True}},
-     "inplace=True"),
-    ({**ADD, "callable": "torch.nn.functional.relu", "args": [{"tensor": "a"}, True]}, "inplace=True"),
+    ({**ADD, "callable": "torch.Tensor.add_", "writes": "c"}, "writes names 'c', not a tensor the call uses"),
+    ({**ADD, "callable": "torch.Tensor.add_", "args": [3.0, {"tensor": "a"}]}, "names no tensor to write into"),
     ({**ADD, "callable": "torch.Tensor.view", "args": [{"tensor": "a"}, [120]]}, "aliases its input a"),
     ({**ADD, "args": [{"tensor": "a"}, {"tensor": "c"}]}, "tensor\\(s\\) c that `tensors` does not describe"),
     ({**ADD, "activations": ["z"]}, "activations must list"),
@@ -157,6 +153,30 @@ def test_refused_calls_are_one_line_errors(call, message):
     with pytest.raises(WorkloadError, match=message) as info:
         build_workload("replay", call)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("call, expected", [
+    ({**ADD, "callable": "torch.Tensor.add_"}, lambda a, b: a + b),
+    ({**ADD, "callable": "torch.Tensor.__iadd__"}, lambda a, b: a + b),
+    ({**ADD, "callable": "torch.add", "kwargs": {"out": {"tensor": "a"}}}, lambda a, b: a + b),
+    ({**ADD, "callable": "torch.nn.functional.relu", "args": [{"tensor": "a"}], "kwargs": {"inplace": True}},
+     lambda a, b: torch.relu(a)),
+    ({**ADD, "callable": "torch.nn.functional.relu", "args": [{"tensor": "a"}, True]}, lambda a, b: torch.relu(a)),
+])
+def test_an_in_place_call_writes_into_its_own_copy_restored_before_each_call(call, expected):
+    """Every in-place form (trailing underscore, in-place operator, out=, inplace=True) replays into a copy of the
+    tensor it writes (`a`): its output is what the call makes of the inputs, the inputs stay as built, and the
+    copy restored before a call (Workload.before_call) makes a repeated `+=` write the same values again."""
+    w = build_workload("replay", call)
+    built = {name: t.clone() for name, t in w.inputs.items()}
+    a, b = built["a"], built.get("b", torch.zeros(8))  # relu takes `a` alone
+    assert w.before_call is not None
+    first = w.run().clone()
+    torch.testing.assert_close(first, expected(a, b))
+    assert all(torch.equal(w.inputs[name], t) for name, t in built.items())  # the write went into the copy
+    torch.testing.assert_close(w.reference(), expected(a.double(), b.double()))
+    w.before_call()
+    assert torch.equal(w.run(), first)
 
 
 def test_a_replay_card_says_so_and_builds():
