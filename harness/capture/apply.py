@@ -145,8 +145,8 @@ def _why_nothing(best: Report, change: ModelChange) -> str:
     if change.not_applicable:
         return (f"each of the {len(change.not_applicable)} adopted variant(s) is one op's kernel or implementation "
                 "choice, not a property of the model's tensors (listed below)")
-    return (f"none of the {len(best.cards)} card(s) of the best.json adopted a variant (each kept its baseline: "
-            "no variant was confirmed FASTER)")
+    return (f"none of the {len(best.cards)} card(s) of the best.json adopted a variant: each kept its baseline, "
+            "no variant being confirmed FASTER")
 
 
 def apply_best(loaded: LoadedModel, best: Report, rounds: int, budget_s: float, cuda: bool) -> dict[str, Any]:
