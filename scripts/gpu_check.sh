@@ -9,8 +9,9 @@
 #   scripts/gpu_check.sh              # writes at most 8 files to $OUT (else ./gpu_check_out)
 # Here, on a CPU-only machine, the same with the CUDA/ncu steps skipped and the rest really run:
 #   scripts/gpu_check.sh --dry-run
-# The steps, their budgets and outputs: scripts/gpu_check.py (standard library only, so it runs before
-# anything is installed); `--plan` prints them and `total <sum> s of deadline <deadline> s` last.
+# The steps, their budgets and outputs: scripts/gpu_check.py, which runs them from scripts/gpu_check_steps/
+# (standard library only, so it runs before anything is installed); `--plan` prints them and
+# `total <sum> s of deadline <deadline> s` last.
 # Exit status 0 when no step failed or ran out of time; summary.json has what each step finished, also
 # one that was killed.
 set -euo pipefail

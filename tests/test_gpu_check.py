@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import os
 import re
@@ -20,6 +19,27 @@ from pathlib import Path
 
 import pytest
 
+from scripts.gpu_check_steps import check as check_module
+from scripts.gpu_check_steps import experiment_steps, pytest_steps, runner, table
+from scripts.gpu_check_steps.check import Check
+from scripts.gpu_check_steps.experiment_steps import PER_OP_KIND, REPRODUCTION, WINS, reproduce_unmet, step_wins
+from scripts.gpu_check_steps.model_steps import CAPTURE_MODEL
+from scripts.gpu_check_steps.ncu_steps import step_channels_last_ncu, step_ncu_preflight
+from scripts.gpu_check_steps.outcome import Outcome, Proc, StepFailed
+from scripts.gpu_check_steps.pack import MAX_FILE_BYTES, pack
+from scripts.gpu_check_steps.plan import (
+    DEFAULT_DEADLINE_S,
+    PACK_RESERVE_S,
+    Step,
+    Work,
+    make_plan,
+    plan_lines,
+    plan_total_s,
+)
+from scripts.gpu_check_steps.pytest_steps import COVERED_BY_STEPS, PLANTS_DEVICE_VAR, step_gpu_tests
+from scripts.gpu_check_steps.run_folder import finished_text, pytest_progress, run_phases, scan_run
+from scripts.gpu_check_steps.runner import run_steps, skip_reason
+from scripts.gpu_check_steps.table import STEP_NAMES
 from tests.processes import alive
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,23 +47,14 @@ SCRIPT = REPO / "scripts" / "gpu_check.sh"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ncu"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("gpu_check_under_test", REPO / "scripts" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gc = _module()
-STEPS = {step.name: step for step in gc.STEPS}
+STEPS = {step.name: step for step in table.STEPS}
 
 
 def _check(tmp_path: Path, **overrides):
     args = argparse.Namespace(dry_run=False, out=str(tmp_path / "out"), work=str(tmp_path / "work"),
-                              deadline=overrides.pop("deadline", gc.DEFAULT_DEADLINE_S), steps=None, plan=False,
+                              deadline=overrides.pop("deadline", DEFAULT_DEADLINE_S), steps=None, plan=False,
                               helper=None)
-    check = gc.Check(args)
+    check = Check(args)
     for key, value in overrides.items():
         setattr(check, key, value)
     return check
@@ -97,12 +108,12 @@ def test_dry_run_of_a_small_step_set(tmp_path: Path) -> None:
 def test_unknown_step_and_the_plan() -> None:
     proc = _run("--steps", "machine,nope")
     assert proc.returncode == 2 and "unknown step" in proc.stderr
-    plan = gc.make_plan(gc.STEPS, True, gc.DEFAULT_DEADLINE_S)
+    plan = make_plan(table.STEPS, True, DEFAULT_DEADLINE_S)
     for flag in ("--plan", "--list"):
         listing = _run(flag)
-        assert listing.returncode == 0 and all(step in listing.stdout for step in gc.STEP_NAMES)
-        assert listing.stdout.splitlines()[-1] == f"total {gc.plan_total_s(plan)} s of deadline 420 s"
-        assert "not planned" not in listing.stdout and gc.plan_total_s(plan) <= 420
+        assert listing.returncode == 0 and all(step in listing.stdout for step in STEP_NAMES)
+        assert listing.stdout.splitlines()[-1] == f"total {plan_total_s(plan)} s of deadline 420 s"
+        assert "not planned" not in listing.stdout and plan_total_s(plan) <= 420
 
 
 def test_the_check_needs_the_standard_library_only(tmp_path: Path) -> None:
@@ -112,7 +123,7 @@ def test_the_check_needs_the_standard_library_only(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-I", "-S", script, "--plan", "--deadline", "300"], check=False,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    total = gc.plan_total_s(gc.make_plan(gc.STEPS, True, 300))
+    total = plan_total_s(make_plan(table.STEPS, True, 300))
     assert total <= 300 and proc.stdout.splitlines()[-1] == f"total {total} s of deadline 300 s"
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-I", "-S", script, "--dry-run", "--steps", "machine", "--out", str(out),
@@ -139,30 +150,30 @@ def _device_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[st
     """The commands each step's device form starts, none skipped: ncu that profiles, the wheels
     installed, the files the plants and reproduction_ncu steps need present; nothing is run."""
     plants = tmp_path / "test_plants.py"
-    plants.write_text(f"import os\nDEVICE = os.environ.get('{gc.PLANTS_DEVICE_VAR}', 'cpu')\n")
-    monkeypatch.setattr(gc, "PLANTS_TESTS", plants)
-    monkeypatch.setattr(gc, "CARDS_CLI", _cards_cli(tmp_path, with_reproduce=True))
+    plants.write_text(f"import os\nDEVICE = os.environ.get('{PLANTS_DEVICE_VAR}', 'cpu')\n")
+    monkeypatch.setattr(pytest_steps, "PLANTS_TESTS", plants)
+    monkeypatch.setattr(experiment_steps, "CARDS_CLI", _cards_cli(tmp_path, with_reproduce=True))
     ncu = _fake_ncu(tmp_path, "echo 'gpu__time_duration.sum  duration'\n")
     check = _check(tmp_path, ncu=ncu)
-    kept = check.work / "ncu_reports" / "reproduction" / gc.PER_OP_KIND[0] / "000_baseline_as_reported"
+    kept = check.work / "ncu_reports" / "reproduction" / PER_OP_KIND[0] / "000_baseline_as_reported"
     kept.mkdir(parents=True)
     (kept / "trial.ncu-rep").write_bytes(b"report")
     commands: dict[str, list[tuple[list[str], dict]]] = {}
     current = [""]
 
-    def record(argv, timeout, log=None, env=None, cwd=gc.REPO, echo=False):
+    def record(argv, timeout, log=None, env=None, cwd=REPO, echo=False):
         commands.setdefault(current[0], []).append((list(argv), env or check.env()))
-        return gc.Proc(1, False, 0.0, "error: not run")
+        return Proc(1, False, 0.0, "error: not run")
 
     check.run = record  # type: ignore[method-assign]
-    for step in gc.STEPS:
+    for step in table.STEPS:
         # Each step as the device would find it (the machine step, finding no GPU here, would say otherwise).
         check.cuda, check.dry_run, check.installed, check.ncu_ok = True, False, True, True
-        assert gc.skip_reason(check, step) is None, step.name
+        assert skip_reason(check, step) is None, step.name
         current[0] = step.name
         try:
             step.run(check, step, float(step.budget_s))
-        except gc.StepFailed:
+        except StepFailed:
             pass  # a command that "failed" (nothing ran) ends most steps
     return commands
 
@@ -182,7 +193,7 @@ def _override(argv: list[str], key: str) -> str | None:
 def test_every_step_has_a_device_command_and_the_plan_fits_the_deadline(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     commands = _device_commands(tmp_path, monkeypatch)
-    assert set(commands) == set(gc.STEP_NAMES)
+    assert set(commands) == set(STEP_NAMES)
     harness = {name: [argv for argv, _ in runs if argv[1:3] == ["-m", "harness"]] for name, runs in commands.items()}
     # An ncu step's budget counts one ncu trial per card and trial it runs (baselines included).
     for name in ("reproduction_ncu", "channels_last_ncu", "stalls_ncu", "conv_kernels_ncu"):
@@ -193,7 +204,7 @@ def test_every_step_has_a_device_command_and_the_plan_fits_the_deadline(tmp_path
     # reproduction_ncu: one card per op kind and the five that carry the report's time (the cast is in both), at
     # scale 1 and in each card's own dtype (no dtype override), then the verdicts on its baseline.
     (reproduction,) = harness["reproduction_ncu"]
-    assert _override(reproduction, "cards") == "[" + ",".join(dict.fromkeys(gc.PER_OP_KIND + gc.REPRODUCTION)) + "]"
+    assert _override(reproduction, "cards") == "[" + ",".join(dict.fromkeys(PER_OP_KIND + REPRODUCTION)) + "]"
     assert _override(reproduction, "workload.scale") == "1.0" and _override(reproduction, "experiment") == "reprofile"
     assert not any("dtype" in a for a in reproduction) and STEPS["reproduction_ncu"].work.ncu_trials == 8
     # wins: each experiment on its card at scale 1 under the CUDA trace; a traced trial per baseline and trial.
@@ -220,7 +231,7 @@ def test_every_step_has_a_device_command_and_the_plan_fits_the_deadline(tmp_path
                if name not in ("gpu_tests", "capture"))
     # The capture: its own process, which starts the re-profile run under ncu (its Hydra overrides passed on).
     (capture, _), = commands["capture"]
-    assert capture[1:4] == ["-m", "harness.capture", gc.CAPTURE_MODEL] and STEPS["capture"].work.starts == 2
+    assert capture[1:4] == ["-m", "harness.capture", CAPTURE_MODEL] and STEPS["capture"].work.starts == 2
     assert capture[capture.index("--profiler") + 1] == "ncu" and capture[capture.index("--device") + 1] == "cuda"
     assert int(capture[capture.index("--top") + 1]) == STEPS["capture"].work.ncu_trials == 2
     assert any(a.startswith("--override=profiler.keep_dir=") for a in capture)
@@ -229,25 +240,25 @@ def test_every_step_has_a_device_command_and_the_plan_fits_the_deadline(tmp_path
     assert pytest_argv[pytest_argv.index("-m", 3) + 1] == "gpu or ncu" and "--durations=15" in pytest_argv
     assert "tests/workloads/test_workloads_gpu.py" in pytest_argv and "tests/profile/test_cuda_timing.py" in pytest_argv
     assert "tests/cards" not in pytest_argv and not any(a.startswith("tests/app") for a in pytest_argv)
-    assert "tests/app/test_gpu_paths.py::test_ncu_backend_reprofiles_every_op_kind" in gc.COVERED_BY_STEPS
+    assert "tests/app/test_gpu_paths.py::test_ncu_backend_reprofiles_every_op_kind" in COVERED_BY_STEPS
     assert pytest_env["PATH"].split(os.pathsep)[0] == str(tmp_path / "bin")
     (plants_argv, plants_env), = commands["plants"]
-    assert plants_env[gc.PLANTS_DEVICE_VAR] == "cuda" and str(tmp_path / "test_plants.py") in plants_argv
+    assert plants_env[PLANTS_DEVICE_VAR] == "cuda" and str(tmp_path / "test_plants.py") in plants_argv
     assert commands["ncu_preflight"][0][0][0] == str(tmp_path / "bin" / "ncu")
 
-    plan = gc.make_plan(gc.STEPS, True, gc.DEFAULT_DEADLINE_S)
+    plan = make_plan(table.STEPS, True, DEFAULT_DEADLINE_S)
     planned = [p for p in plan if p.planned]
-    assert gc.DEFAULT_DEADLINE_S == 420 and gc.plan_total_s(plan) <= 420
-    assert sum(p.budget_s for p in planned) + gc.PACK_RESERVE_S == gc.plan_total_s(plan)
+    assert DEFAULT_DEADLINE_S == 420 and plan_total_s(plan) <= 420
+    assert sum(p.budget_s for p in planned) + PACK_RESERVE_S == plan_total_s(plan)
     # Every step planned inside the deadline (the first H200 run left four unplanned, and auto_trace never ran).
     assert planned == plan
     # In order of value: the verdicts on the report's cards first, then the wins, a confirmed layout verdict, A/A.
     order = [p.step.name for p in planned]
     assert order[3:7] == ["reproduction_ncu", "wins", "channels_last_ncu", "aa_timing"]
-    everything = sum(s.budget_s for s in gc.STEPS) + gc.PACK_RESERVE_S
-    assert all(p.planned for p in gc.make_plan(gc.STEPS, True, everything))
-    lines = gc.plan_lines(plan, True, gc.DEFAULT_DEADLINE_S)
-    assert lines[-1] == f"total {gc.plan_total_s(plan)} s of deadline 420 s"
+    everything = sum(s.budget_s for s in table.STEPS) + PACK_RESERVE_S
+    assert all(p.planned for p in make_plan(table.STEPS, True, everything))
+    lines = plan_lines(plan, True, DEFAULT_DEADLINE_S)
+    assert lines[-1] == f"total {plan_total_s(plan)} s of deadline 420 s"
     assert all(f" {p.budget_s:5d} s " in line for p, line in zip(plan, lines[1:], strict=False))
 
 
@@ -264,22 +275,20 @@ def test_the_device_forms_harness_commands_compose(tmp_path: Path, monkeypatch: 
         assert "device: cuda" in proc.stdout, name
 
 
-def test_a_step_is_planned_only_inside_the_deadline_and_runs_on_saved_time(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_step_is_planned_only_inside_the_deadline_and_runs_on_saved_time(tmp_path: Path) -> None:
     ran: dict[str, float] = {}
 
     def quick(check, step, timeout):
         ran[step.name] = timeout
-        return gc.Outcome("ok", "done")
+        return Outcome("ok", "done")
 
-    steps = [gc.Step("first", gc.Work(other_s=5), 0, (), quick), gc.Step("big", gc.Work(other_s=100), 0, (), quick),
-             gc.Step("last", gc.Work(other_s=5), 0, (), quick)]
-    monkeypatch.setattr(gc, "STEPS", steps)
-    deadline = 5 + 5 + gc.PACK_RESERVE_S + 3
-    plan = gc.make_plan(steps, True, deadline)
-    assert [p.planned for p in plan] == [True, False, True] and gc.plan_total_s(plan) == deadline - 3
+    steps = [Step("first", Work(other_s=5), 0, (), quick), Step("big", Work(other_s=100), 0, (), quick),
+             Step("last", Work(other_s=5), 0, (), quick)]
+    deadline = 5 + 5 + PACK_RESERVE_S + 3
+    plan = make_plan(steps, True, deadline)
+    assert [p.planned for p in plan] == [True, False, True] and plan_total_s(plan) == deadline - 3
     check = _check(tmp_path, cuda=True, installed=True, deadline=deadline)
-    assert gc.run_steps(check, ["first", "big", "last"]) == 0
+    assert run_steps(check, steps) == 0
     records = {r["name"]: r for r in check.summary["steps"]}
     assert records["big"]["status"] == "skipped" and "not planned, it needs 100 s" in records["big"]["result"]
     # The first step may use the 3 s nobody planned for; the last one twice its budget (the big one's time).
@@ -309,7 +318,7 @@ time.sleep(60)
 
 
 def test_a_killed_step_reports_the_cards_it_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    card = gc.PER_OP_KIND[0]
+    card = PER_OP_KIND[0]
     check = _check(tmp_path, dry_run=True, requested_dry_run=True, deadline=60)
     fake = tmp_path / "fake_python"
     seen = tmp_path / "seen_summary.json"
@@ -317,10 +326,10 @@ def test_a_killed_step_reports_the_cards_it_finished(tmp_path: Path, monkeypatch
                                         seen=seen))
     fake.chmod(0o755)
     check.python = str(fake)
-    monkeypatch.setattr(gc, "STEPS", [dataclasses.replace(STEPS["reproduction_ncu"], cpu_budget_s=4, unmet=None)])
-    monkeypatch.setattr(gc, "SLACK_FACTOR", 1.0)
-    monkeypatch.setattr(gc, "PROGRESS_EVERY_S", 0.5)
-    assert gc.run_steps(check, ["reproduction_ncu"]) == 1
+    monkeypatch.setattr(runner, "SLACK_FACTOR", 1.0)
+    monkeypatch.setattr(check_module, "PROGRESS_EVERY_S", 0.5)
+    step = dataclasses.replace(STEPS["reproduction_ncu"], cpu_budget_s=4, unmet=None)
+    assert run_steps(check, [step]) == 1
     (record,) = check.summary["steps"]
     assert record["status"] == "timeout" and record["seconds"] < 15
     assert "killed at its time limit" in record["result"]
@@ -348,20 +357,20 @@ def test_finished_trials_and_tests_are_read_back(tmp_path: Path) -> None:
     (run / "tried.json").write_text(json.dumps({"cards": [{"harness": {"variant": "cublaslt"},
                                                            "confirmation": {"verdict": "FASTER", "speedup": 2.5}}]}))
     (run.parents[1] / "run.json").write_text(json.dumps({"phases": {"wall_s": 12.345, "worker_starts": 1}}))
-    assert gc.run_phases(tmp_path / "auto") == {"dit_gemm_tiles": {"wall_s": 12.3, "worker_starts": 1}}
+    assert run_phases(tmp_path / "auto") == {"dit_gemm_tiles": {"wall_s": 12.3, "worker_starts": 1}}
     # The card is finished once the sub-run's best.json (rewritten after each card) holds it.
     (run.parents[1] / "best.json").write_text(json.dumps({"cards": [{"id": run.name}]}))
-    scanned = gc.scan_run(tmp_path / "auto")
+    scanned = scan_run(tmp_path / "auto")
     entry = scanned["cards"]["dit_gemm_tiles/dit-480-linear-m1170n5120k5120-b9770e"]
     assert entry["here_us"] == 100.0 and entry["trials"] == {"0000_cublaslt": 40.0} and entry["finished"] is True
-    assert gc.finished_text({"auto": scanned}) == (
+    assert finished_text({"auto": scanned}) == (
         "1 card(s) finished: dit_gemm_tiles/b9770e 100.0 us (1.25x report), "
         "compute_bound (source unrecorded; the report's compute_bound, by ncu), 1 trial(s), cublaslt 2.50x FASTER")
     text = ("tests/a.py::test_one PASSED                [ 33%]\n"
             "tests/a.py::test_two[x-1] FAILED           [ 66%]\n"
             "tests/b.py::test_three SKIPPED (needs CUDA) [100%]\n"
             "FAILED tests/a.py::test_two[x-1] - assert 1 == 2\n")
-    assert gc.pytest_progress(text) == {"counts": {"passed": 1, "failed": 1, "skipped": 1},
+    assert pytest_progress(text) == {"counts": {"passed": 1, "failed": 1, "skipped": 1},
                                         "failed": ["tests/a.py::test_two[x-1]"]}
 
 
@@ -371,17 +380,17 @@ def test_finished_trials_and_tests_are_read_back(tmp_path: Path) -> None:
 
 def test_plants_and_reproduction_say_why_they_cannot_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     check = _check(tmp_path, cuda=True, installed=True)
-    monkeypatch.setattr(gc, "PLANTS_TESTS", gc.REPO / "tests" / "app" / "no_such_test_plants.py")
-    assert gc.skip_reason(check, STEPS["plants"]) == "tests/app/no_such_test_plants.py missing"
+    monkeypatch.setattr(pytest_steps, "PLANTS_TESTS", REPO / "tests" / "app" / "no_such_test_plants.py")
+    assert skip_reason(check, STEPS["plants"]) == "tests/app/no_such_test_plants.py missing"
     plants = tmp_path / "test_plants.py"
     plants.write_text("DEVICE = 'cpu'\n")
-    monkeypatch.setattr(gc, "PLANTS_TESTS", plants)
-    assert "does not read HARNESS_PLANTS_DEVICE" in gc.skip_reason(check, STEPS["plants"])
+    monkeypatch.setattr(pytest_steps, "PLANTS_TESTS", plants)
+    assert "does not read HARNESS_PLANTS_DEVICE" in skip_reason(check, STEPS["plants"])
     # Until the CLI has `reproduce`, reproduction_ncu is skipped with the reason, like a step whose file is missing.
-    monkeypatch.setattr(gc, "CARDS_CLI", _cards_cli(tmp_path, with_reproduce=False))
-    assert "`python -m harness.report reproduce` missing" in gc.skip_reason(check, STEPS["reproduction_ncu"])
-    monkeypatch.setattr(gc, "CARDS_CLI", _cards_cli(tmp_path, with_reproduce=True))
-    assert gc.reproduce_unmet() is None
+    monkeypatch.setattr(experiment_steps, "CARDS_CLI", _cards_cli(tmp_path, with_reproduce=False))
+    assert "`python -m harness.report reproduce` missing" in skip_reason(check, STEPS["reproduction_ncu"])
+    monkeypatch.setattr(experiment_steps, "CARDS_CLI", _cards_cli(tmp_path, with_reproduce=True))
+    assert reproduce_unmet() is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,7 +419,7 @@ def test_the_check_finds_ncu_where_the_harness_looks(tmp_path: Path, monkeypatch
     assert check.ncu == str(root / "2025.3.1" / "ncu") and check.summary["ncu"] == check.ncu
     check.ncu = None
     check.cuda, check.installed = True, True
-    assert gc.skip_reason(check, STEPS["stalls_ncu"]) == f"needs ncu: {command.searched_for_ncu()}"
+    assert skip_reason(check, STEPS["stalls_ncu"]) == f"needs ncu: {command.searched_for_ncu()}"
 
 
 def test_preflight_reads_the_chips_metrics_and_swaps_a_missing_one(tmp_path: Path) -> None:
@@ -427,7 +436,7 @@ esac
 """)  # the query outlasts the tiny kernel's run, as a real one does: the sweep after that run spares it
     check = _check(tmp_path, cuda=True, ncu=ncu)
     started = check.start_metric_query()  # as main does, beside machine and install
-    outcome = gc.step_ncu_preflight(check, STEPS["ncu_preflight"], 60)  # a bound, not a wait: loaded CI starts slowly
+    outcome = step_ncu_preflight(check, STEPS["ncu_preflight"], 60)  # a bound, not a wait: loaded CI starts slowly
     assert outcome.status == "ok", outcome.result
     assert check.metric_query is started and started.returncode == 0
     assert check.ncu_ok is True and check.metrics_file is not None and check.metrics_file.exists()
@@ -451,7 +460,7 @@ case "$1" in
 esac
 """)
     check = _check(tmp_path, cuda=True, ncu=ncu)
-    outcome = gc.step_ncu_preflight(check, STEPS["ncu_preflight"], 60)  # a bound, not a wait: loaded CI starts slowly
+    outcome = step_ncu_preflight(check, STEPS["ncu_preflight"], 60)  # a bound, not a wait: loaded CI starts slowly
     assert outcome.status == "ok", outcome.result
     assert check.ncu_ok is True and check.metrics_file is None
     assert "metric list not checked (`ncu --query-metrics` exit 1, 0 names)" in outcome.result
@@ -462,18 +471,18 @@ esac
 def test_preflight_that_cannot_profile_skips_the_ncu_steps_and_tests(tmp_path: Path) -> None:
     ncu = _fake_ncu(tmp_path, "echo '==ERROR== Failed to initialize the profiler: LibraryNotLoaded'; exit 1\n")
     check = _check(tmp_path, cuda=True, ncu=ncu, installed=True)
-    outcome = gc.step_ncu_preflight(check, STEPS["ncu_preflight"], 60)  # a bound, not a wait: loaded CI starts slowly
+    outcome = step_ncu_preflight(check, STEPS["ncu_preflight"], 60)  # a bound, not a wait: loaded CI starts slowly
     assert outcome.status == "failed" and "LibraryNotLoaded" in outcome.result
     for name in ("stalls_ncu", "fixture", "channels_last_ncu", "conv_kernels_ncu"):
-        assert "ncu cannot profile here" in gc.skip_reason(check, STEPS[name])
+        assert "ncu cannot profile here" in skip_reason(check, STEPS[name])
     for name in ("gpu_tests", "aa_timing", "wins", "auto_trace", "chunk_trace"):
-        assert gc.skip_reason(check, STEPS[name]) is None
+        assert skip_reason(check, STEPS[name]) is None
     seen: list[list[str]] = []
-    check.run = lambda argv, *a, **k: seen.append(argv) or gc.Proc(0, False, 1.0, "3 passed in 1.0s")  # type: ignore
-    gpu_tests = gc.step_gpu_tests(check, STEPS["gpu_tests"], 60)
+    check.run = lambda argv, *a, **k: seen.append(argv) or Proc(0, False, 1.0, "3 passed in 1.0s")  # type: ignore
+    gpu_tests = step_gpu_tests(check, STEPS["gpu_tests"], 60)
     assert seen[0][seen[0].index("-m", 3) + 1] == "gpu and not ncu" and "LibraryNotLoaded" in gpu_tests.result
     check.installed = False
-    assert "install" in gc.skip_reason(check, STEPS["aa_timing"])
+    assert "install" in skip_reason(check, STEPS["aa_timing"])
 
 
 def test_a_step_past_its_time_dies_with_what_it_started(tmp_path: Path) -> None:
@@ -517,13 +526,13 @@ def test_pack_leaves_references_out_and_stays_small(tmp_path: Path) -> None:
     keep.mkdir(parents=True)
     (keep / "trial.ncu-rep").write_bytes(os.urandom(2**20))
     (check.work / "ncu_reports" / "big.ncu-rep").write_bytes(os.urandom(9 * 2**20))
-    outcome = gc.pack(check)
+    outcome = pack(check)
     with tarfile.open(check.out / "runs.tgz") as archive:
         names = archive.getnames()
     assert "gpu_check/runs/x/trials/card/baseline.json" in names
     assert "gpu_check/ncu_reports/reprofile/card/000_baseline_as_reported/trial.ncu-rep" in names
     assert not any(n.endswith((".pt", "big.ncu-rep")) for n in names)
-    assert (check.out / "runs.tgz").stat().st_size < gc.MAX_FILE_BYTES
+    assert (check.out / "runs.tgz").stat().st_size < MAX_FILE_BYTES
     assert any(item.endswith("reference.pt") for item in outcome.numbers["left_out"])
 
 
@@ -540,12 +549,12 @@ def test_headlines_from_run_folders(tmp_path: Path) -> None:
                                                           "speedup": 1.3, "timing_verdict": "FASTER",
                                                           "verdict": "yes", "class_before": "partial_wave_tail",
                                                           "class_after": "compute_bound"}]}))
-    text, numbers = gc._reprofile_headline(run)
+    text, numbers = experiment_steps._reprofile_headline(run)
     assert "c-842ecd" in numbers and "(ncu)" in text
     assert "842ecd 10.0 us (0.50x report), compute_bound (ncu; the report's partial_wave_tail, by ncu)" in text
     check = _check(tmp_path)
-    check.harness_run = lambda step, name, args, timeout: (gc.Proc(0, False, 1.0, ""), run)  # type: ignore
-    outcome = gc.step_channels_last_ncu(check, STEPS["channels_last_ncu"], 30)
+    check.harness_run = lambda step, name, args, timeout: (Proc(0, False, 1.0, ""), run)  # type: ignore
+    outcome = step_channels_last_ncu(check, STEPS["channels_last_ncu"], 30)
     assert outcome.numbers["baseline_conversions"]["kernels"]
     assert outcome.numbers["variant_conversions"]["kernels"] == []
     assert "nchwToNhwcKernel x1, nhwcToNchwKernel x1 (time unknown" in outcome.result
@@ -561,8 +570,8 @@ def test_the_channels_last_step_names_the_h200_convert_tensor_kernels(tmp_path: 
     shutil.copyfile(cards / "h200_channels_last_baseline.json", run / "baseline.json")
     shutil.copyfile(cards / "h200_channels_last_trial.json", run / "trials" / "c" / "trial_0000_channels_last_3d.json")
     check = _check(tmp_path)
-    check.harness_run = lambda step, name, args, timeout: (gc.Proc(0, False, 1.0, ""), run)  # type: ignore
-    outcome = gc.step_channels_last_ncu(check, STEPS["channels_last_ncu"], 30)
+    check.harness_run = lambda step, name, args, timeout: (Proc(0, False, 1.0, ""), run)  # type: ignore
+    outcome = step_channels_last_ncu(check, STEPS["channels_last_ncu"], 30)
     assert "in the baseline: nchwToNhwcKernel x2, nhwcToNchwKernel x1 (80.5 us" in outcome.result  # 70.4+3.136+6.976
     assert "in channels_last_3d: convertTensor_kernel x2 (78.6 us" in outcome.result
     assert outcome.numbers["variant_conversions"]["dur_us"] == pytest.approx(74.336 + 4.224)
@@ -609,19 +618,19 @@ def test_reproduction_ncu_puts_each_cards_verdict_in_the_summary_and_the_table(t
     _planted_reprofile_run(run, {"dit-480-linear-m4680n5120k5120-8f26a7": (292.0, 297.8),
                                  "output-480-cast-f18982": (29.8, 26.8)})
     check = _check(tmp_path, cuda=True, installed=True, ncu_ok=True)
-    check.harness_run = lambda step, name, args, timeout: (gc.Proc(0, False, 1.0, ""), run)  # type: ignore
+    check.harness_run = lambda step, name, args, timeout: (Proc(0, False, 1.0, ""), run)  # type: ignore
     seen: list[list[str]] = []
     # As the CLI prints it (indent=1), after a warning line on stderr.
     printed = "UserWarning: something\n" + json.dumps(REPRODUCE_JSON, indent=1) + "\n"
 
-    def fake_run(argv, timeout, log=None, env=None, cwd=gc.REPO, echo=False):
+    def fake_run(argv, timeout, log=None, env=None, cwd=REPO, echo=False):
         seen.append(list(argv))
-        return gc.Proc(exit_code, False, 1.0, printed if exit_code == 0 else "error: no such report\n")
+        return Proc(exit_code, False, 1.0, printed if exit_code == 0 else "error: no such report\n")
 
     check.run = fake_run  # type: ignore[method-assign]
     step = STEPS["reproduction_ncu"]
     if exit_code:
-        with pytest.raises(gc.StepFailed) as failed:
+        with pytest.raises(StepFailed) as failed:
             step.run(check, step, 40.0)
         assert "reproduce: exit 2: error: no such report" in failed.value.outcome.result
         assert "2/2 cards measured (ncu)" in failed.value.outcome.result
@@ -644,7 +653,7 @@ def test_reproduction_ncu_puts_each_cards_verdict_in_the_summary_and_the_table(t
 
 def test_wins_report_each_confirmed_verdict_and_the_adopted_variant(tmp_path: Path) -> None:
     runs = {}
-    for experiment, *_ in gc.WINS:
+    for experiment, *_ in WINS:
         runs[experiment] = tmp_path / experiment
         runs[experiment].mkdir()
     # vae_bf16: its best variant FASTER and adopted; dit_small_m_batching: SAME, the baseline kept.
@@ -658,8 +667,8 @@ def test_wins_report_each_confirmed_verdict_and_the_adopted_variant(tmp_path: Pa
         "variant": {"label": "batched(k=20)"}}]}))
     check = _check(tmp_path, cuda=True, installed=True)
     check.harness_run = lambda step, name, args, timeout: (  # type: ignore[method-assign]
-        gc.Proc(0, False, 1.0, ""), runs[name[len("wins_"):]])
-    outcome = gc.step_wins(check, STEPS["wins"], 40.0)
+        Proc(0, False, 1.0, ""), runs[name[len("wins_"):]])
+    outcome = step_wins(check, STEPS["wins"], 40.0)
     assert outcome.status == "ok"
     vae, dit = outcome.numbers["vae_bf16"], outcome.numbers["dit_small_m_batching"]
     assert vae["adopted_variant"] == "low_precision(dtype=bfloat16, memory_format=channels_last_3d)"
@@ -683,12 +692,12 @@ def test_a_killed_chunk_run_counts_as_its_run_json_does(tmp_path: Path) -> None:
             "primary": "compute_bound", "timing": {"median_us": us}, "variant": {"calls": 1}}]}))
         (run / "run.json").write_text(json.dumps({"cards": [], "stopped": {
             "signal": "SIGTERM", "cards_done": 0, "cards_total": 2, "cards_finished": []}}))
-        runs[name] = gc.scan_run(run)
-    assert gc.finished_text(runs) == (
+        runs[name] = scan_run(run)
+    assert finished_text(runs) == (
         "0 card(s) finished; 2 with only the baseline measured: c9e063 105778.0 us, compute_bound (source "
         "unrecorded; the report's none, by ncu); 88c34e 3444.8 us, compute_bound (source unrecorded; the report's "
         "none, by ncu)")
     # Once run.json lists the card (the run finished it), it counts.
     run = tmp_path / "chunk_dit_block"
     (run / "run.json").write_text(json.dumps({"cards": ["dit-480-chunk-block-88c34e"]}))
-    assert gc.finished_text({"dit": gc.scan_run(run)}).startswith("1 card(s) finished: 88c34e 3444.8 us")
+    assert finished_text({"dit": scan_run(run)}).startswith("1 card(s) finished: 88c34e 3444.8 us")

@@ -27,11 +27,12 @@ NCU_TRIAL_S = 6.0
 NCU_COLD_EXTRA_S = 3.5
 # Without an earlier run here. CPU: the median of three default runs' run.json costs on the 2-core CPU this was
 # built on (scale 0.25; 1.3-4.3 s a trial, 5.3-19 s a card on that shared, at times loaded machine). CUDA:
-# scripts/gpu_check.py's costs of a traced trial (3 s), and a card's baseline measured like one plus its
-# confirmation (2 s).
+# scripts/gpu_check_steps/plan.py's costs of a traced trial (3 s), and a card's baseline measured like one plus
+# its confirmation (2 s).
 DEFAULTS = {"cpu": {"trial_s": 1.6, "card_s": 6.4}, "cuda": {"trial_s": 3.0, "card_s": 5.0}}
 # The worker's start and the set-up before the first card: 1.3-2.0 s and about 1 s on that CPU (run.json);
-# gpu_check.py's harness start on a GPU (torch, Hydra, Optuna, the report, a worker with its CUDA context).
+# scripts/gpu_check_steps/plan.py's harness start on a GPU (torch, Hydra, Optuna, the report, a worker with its
+# CUDA context).
 HARNESS_START_S = {"cpu": 3.0, "cuda": 12.0}
 
 

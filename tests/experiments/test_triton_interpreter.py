@@ -67,7 +67,7 @@ def test_triton_cast_kernel_compiles_for_hopper_with_the_vector_width_asked(vect
 @pytest.mark.triton
 def test_gpu_check_tiny_kernel_assembles_for_hopper(tmp_path: Path) -> None:
     """The PTX the ncu preflight JIT-compiles on the device (harness.profile.ncu.probe TINY_KERNEL, which
-    scripts/gpu_check.py's ncu_preflight runs too) is valid sm_90 PTX."""
+    scripts/gpu_check_steps/ncu_steps.py's ncu_preflight runs too) is valid sm_90 PTX."""
     triton = pytest.importorskip("triton")
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     if not ptxas.is_file():

@@ -35,6 +35,8 @@ from harness.profile.base import WorkloadFacts
 from harness.profile.ncu import command, report_file
 from harness.profile.ncu.session import PHASES_NAME, read_phases, replay_passes, write_job
 from harness.trial import ncu_child
+from scripts.gpu_check_steps import run_folder
+from scripts.gpu_check_steps.plan import HARNESS_START_S, NCU_JOB_S, NCU_START_S, Work
 from tests.processes import alive, wait_dead
 
 CARD = "vae-480-conv3d-16to16k111t3-9507c7"  # the report's smallest conv3d: a trial of it takes milliseconds
@@ -312,15 +314,14 @@ def test_the_cost_script_prints_a_line_per_card_and_form() -> None:
 
 
 def test_the_gpu_checks_ncu_budgets_and_what_its_summary_reads(tmp_path: Path) -> None:
-    gc = _script("gpu_check")
     # The first ncu trial of a harness start is cold, the others were started ahead.
-    assert gc.Work(starts=1, ncu_trials=4).seconds() == gc.HARNESS_START_S + 4 * gc.NCU_JOB_S + gc.NCU_START_S
-    assert gc.Work(ncu_trials=2, ncu_cold=1).seconds() == 2 * gc.NCU_JOB_S + gc.NCU_START_S
-    assert "1 cold ncu start x" in gc.Work(starts=1, ncu_trials=2).text()
+    assert Work(starts=1, ncu_trials=4).seconds() == HARNESS_START_S + 4 * NCU_JOB_S + NCU_START_S
+    assert Work(ncu_trials=2, ncu_cold=1).seconds() == 2 * NCU_JOB_S + NCU_START_S
+    assert "1 cold ncu start x" in Work(starts=1, ncu_trials=2).text()
     cost = {"session": "prestarted", "wall_s": 5.5, "passes": [9], "phases_s": {"profiled_call": 1.2}}
     (tmp_path / "baseline.json").write_text(json.dumps({"cards": [{"profiler_settings": {"ncu_cost": cost}}]}))
     (tmp_path / "trial_0001.json").write_text(json.dumps({"cards": [{"profiler_settings": {"seconds": 1}}]}))
-    found = gc._ncu_costs(tmp_path)
+    found = run_folder._ncu_costs(tmp_path)
     assert list(found) == ["baseline"] and found["baseline"]["wall_s"] == 5.5
     assert found["baseline"]["passes"] == [9] and found["baseline"]["ready_at_handoff"] is None
 

@@ -4,9 +4,9 @@ An installed ncu may still be unable to profile: no permission for the counters 
 runtime that hides them ("Failed to initialize the profiler: LibraryNotLoaded"), or a profiler that
 starts but records nothing. `profiler=auto` would then fail every trial, so it profiles one tiny
 kernel first (`probe_ncu`) and, on a failure, uses the CUDA trace with a note naming ncu's error.
-The tiny program is the one scripts/gpu_check.py's ncu_preflight step runs: a PTX kernel launched
-through the CUDA driver API with ctypes (it starts in a fraction of a second, where importing torch
-takes seconds), torch where libcuda will not load that way.
+The tiny program is the one the GPU check's ncu_preflight step (scripts/gpu_check_steps/ncu_steps.py)
+runs: a PTX kernel launched through the CUDA driver API with ctypes (it starts in a fraction of a
+second, where importing torch takes seconds), torch where libcuda will not load that way.
 """
 
 from __future__ import annotations
