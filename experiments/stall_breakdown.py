@@ -35,6 +35,7 @@ from harness.cards.kernel_match import SAME, UNKNOWN, match_report
 from harness.cards.labels import is_report_card
 from harness.cards.model import Card, Kernel
 from harness.cards.rules import dominant
+from harness.cards.stalls import STALL_MEANING, stall_shares
 from harness.workloads.base import Workload
 from harness.workloads.registry import OP_KINDS
 
@@ -48,31 +49,10 @@ EXPERIMENT = Experiment(
     metric_set="report+stalls+bytes",
 )
 
-# A reason that takes at least this share of the stall cycles is decisive: it is the limiter.
+# The shares and what each reason means are harness.cards.stalls' (the rules name a kernel's dominant stall
+# too). A reason that takes at least this share of the stall cycles is decisive: it is the limiter.
 DECISIVE_SHARE = 0.5
 
-# What each warp-state reason of the Nsight Compute profiling guide says about the kernel. `selected`
-# is the issue cycle itself and `not_selected` an eligible warp that lost the issue slot: neither is a
-# stall, so both are left out of the shares (see the module's docstring).
-STALL_MEANING: dict[str, str] = {
-    "long_scoreboard": "memory latency: waiting on L1TEX results (global, local, texture loads)",
-    "lg_throttle": "memory instruction throughput: the local/global load-store queue is full",
-    "tex_throttle": "texture/L1TEX queue full",
-    "drain": "waiting for memory writes to drain at exit",
-    "membar": "memory barriers",
-    "mio_throttle": "shared memory / MIO instruction queue full",
-    "short_scoreboard": "shared memory or special-function latency (MIO data dependency)",
-    "math_pipe_throttle": "a math pipe is oversubscribed (compute-bound on that pipe)",
-    "wait": "fixed-latency dependencies: too little instruction-level parallelism",
-    "dispatch_stall": "dispatch pipeline interlocks",
-    "barrier": "synchronization: warps wait at a CTA barrier",
-    "no_instruction": "instruction fetch: instruction cache misses or branches",
-    "branch_resolving": "branch target resolution",
-    "imc_miss": "immediate constant cache misses",
-    "sleeping": "warps sleeping (nanosleep)",
-    "misc": "miscellaneous",
-}
-NOT_A_STALL = ("selected", "not_selected")
 ISSUE_CONTENTION = "eligible warps not picked: the scheduler is busy (plenty of parallelism), not a stall"
 
 
@@ -81,20 +61,6 @@ def as_profiled(w: Workload) -> Callable[[], torch.Tensor]:
     """The card's op as built here (its shape and dtype); only the profile is richer. Whether its kernel is
     the report's is checked on the card (`stalls.kernel_match`)."""
     return w.run
-
-
-def stall_shares(kernel: Kernel) -> dict[str, float]:
-    """Stall reason -> share of the stall cycles (warps stalled per issue-active cycle, normalized)."""
-    counters = kernel.extra.get("ncu_counters") or {}
-    stalls = {
-        name[len("stall_"):]: float(value)
-        for name, value in counters.items()
-        if name.startswith("stall_") and isinstance(value, (int, float)) and name[len("stall_"):] not in NOT_A_STALL
-    }
-    total = sum(stalls.values())
-    if total <= 0:
-        return {}
-    return {reason: value / total for reason, value in sorted(stalls.items(), key=lambda kv: -kv[1])}
 
 
 def stall_evidence(card: Card) -> dict[str, Any]:

@@ -23,7 +23,8 @@ from harness.cards.diff_sides import variant_of
 from harness.cards.dtype import DEFAULT as DEFAULT_DTYPE
 from harness.cards.fields import UNRESOLVED
 from harness.cards.kernel_families import family_sums
-from harness.cards.labels import class_source, flag_over_peak, transition
+from harness.cards.labels import class_source, flag_over_peak, is_report_card, transition
+from harness.cards.launches import card_launches, launch_comparison
 from harness.cards.layout_conversions import layout_conversions
 from harness.cards.measures import (
     KERNEL_SUM_PER_CALL_BASIS,
@@ -36,7 +37,7 @@ from harness.cards.measures import (
     sum_metric,
     time_basis,
 )
-from harness.cards.model import Card, Report
+from harness.cards.model import DEVICE_KEY, Card, Report
 from harness.cards.noise import DEFAULT_THRESHOLD
 from harness.cards.reproduce import Reproduction, reproduce_card
 from harness.cards.time_verdict import confirmation_between, judge_time
@@ -159,6 +160,9 @@ def diff_cards(
     result.class_transition = transition(before, after, report_device)
     result.notes += [f"{side}: {flag}" for side, card in (("before", before), ("after", after))
                      for flag in flag_over_peak(card)]
+    result.launches = {"before": card_launches(before), "after": card_launches(after)}
+    if counted := launch_comparison(before, after):
+        result.notes.append(counted)
     if not fair:
         result.notes.append(note)
     return result
@@ -173,6 +177,21 @@ def _row_basis(before: Card, after: Card, both_timed: bool) -> str:
     return bases.pop() if len(bases) == 1 else KERNEL_SUM_PER_CALL_BASIS
 
 
+def _declared_devices(before: Report, after: Report, rows: list[CardDiff]) -> None:
+    """Two reports' own cards (no environment on either side) read on the GPUs their reports declare (two ncu
+    imports): not a fair comparison when the GPUs differ."""
+    devices = (before.extra.get(DEVICE_KEY), after.extra.get(DEVICE_KEY))
+    if not all(devices) or str(devices[0]).lower() == str(devices[1]).lower():
+        return
+    after_by_id = {c.id: c for c in after.cards}
+    pairs = [(card, after_by_id[card.id]) for card in before.cards if card.id in after_by_id]
+    for row, (b, a) in zip(rows, pairs, strict=True):
+        if row.fair and is_report_card(b) and is_report_card(a):
+            row.fair = False
+            row.fairness_note = f"not a fair comparison: the reports' GPUs differ ({devices[0]} vs {devices[1]})"
+            row.notes.append(row.fairness_note)
+
+
 def diff_reports(before: Report, after: Report, checks: dict[str, str] | None = None,
                  report_device: str | None = None) -> ReportDiff:
     """Match cards by id; `checks` may name the check per card id (else the class's own); `report_device`: where
@@ -184,6 +203,7 @@ def diff_reports(before: Report, after: Report, checks: dict[str, str] | None = 
         for card in before.cards
         if card.id in after_by_id
     ]
+    _declared_devices(before, after, diffs)
     return ReportDiff(
         cards=diffs,
         only_before=[c.id for c in before.cards if c.id not in after_by_id],

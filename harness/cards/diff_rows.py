@@ -65,6 +65,9 @@ class CardDiff:
     op_breakdown: list[dict[str, Any]] | None = None
     # Each side's layout-conversion kernels {kernels, dur_us, dram_mb} (harness.cards.layout_conversions).
     layout_conversions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Each side's launches {before, after}: an imported report's kernel entries may stand for several
+    # (harness.cards.launches); its card's time is per invocation, one launch for a card of one kernel name.
+    launches: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -61,3 +61,7 @@ SOURCE_NCU = "ncu"
 SOURCE_TORCH_CUDA_TRACE = "torch_cuda_trace"
 SOURCE_CPU_ESTIMATE = "cpu_roofline_estimate"
 MEASURED_SOURCES = frozenset({SOURCE_NCU})
+
+# A kernel's extra: why ncu has no numbers for it (it failed to profile that launch: the metrics it recorded
+# without a value, the rules it could not evaluate); such a kernel gets no class (harness.cards.rules).
+NCU_FAILED = "ncu_failed"

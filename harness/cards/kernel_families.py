@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from harness.cards.launches import per_invocation_value
 from harness.cards.measures import calls_per_invocation
 from harness.cards.model import Card
 
@@ -49,7 +50,7 @@ def family_sums(card: Card) -> dict[str, float]:
     out: dict[str, float] = {}
     for kernel in card.kernels:
         family = kernel_family(kernel.name)
-        out[family] = out.get(family, 0.0) + (kernel.metric("dur_us") or 0.0)
+        out[family] = out.get(family, 0.0) + (per_invocation_value(card, kernel, kernel.metric("dur_us")) or 0.0)
     return out
 
 
@@ -89,10 +90,12 @@ def kernel_rows(before: Card, after: Card | None) -> list[KernelRow]:
     calls_b, calls_a = calls_per_invocation(before), calls_per_invocation(after) if after else 1
     rows: dict[str, KernelRow] = {}
     for side, card in (("before", before), ("after", after)):
-        for kernel in card.kernels if card else []:
+        if card is None:
+            continue
+        for kernel in card.kernels:
             family = kernel_family(kernel.name)
             row = rows.setdefault(family, KernelRow(family, None, None, [], calls_b, calls_a))
-            dur = kernel.metric("dur_us") or 0.0
+            dur = per_invocation_value(card, kernel, kernel.metric("dur_us")) or 0.0
             if side == "before":
                 row.before_us = (row.before_us or 0.0) + dur
             else:

@@ -19,7 +19,7 @@ from harness.cards.fields import (
     SOURCE_TORCH_CUDA_TRACE,
 )
 from harness.cards.model import Card, Kernel
-from harness.cards.rules import NOT_ENOUGH, RuleSet, classify_metrics, dominant, evidence_of
+from harness.cards.rules import RuleSet, classify_metrics, dominant, evidence_of, undecided
 
 SOURCE_LABELS: dict[str, str] = {
     SOURCE_NCU: "ncu",
@@ -58,10 +58,11 @@ def class_source(card: Card) -> str:
 
 
 def class_name(card: Card) -> str:
-    """The card's class; without one "none", or NOT_ENOUGH when an estimate could not decide it."""
+    """The card's class; without one "none", or why the rules could not decide it (NOT_ENOUGH for an estimate,
+    TOO_FEW_METRICS for a reading without the metrics they need)."""
     if card.primary is not None:
         return card.primary
-    return NOT_ENOUGH if (card.primary_rule or "").startswith(NOT_ENOUGH) else "none"
+    return undecided(card.primary_rule) or "none"
 
 
 def class_label(card: Card) -> str:

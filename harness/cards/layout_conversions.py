@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness.cards.kernel_families import kernel_family
+from harness.cards.launches import per_invocation_value
 from harness.cards.model import Card
 
 # By family (the name without namespace, template and arguments), lower-cased.
@@ -62,8 +63,9 @@ class LayoutConversions:
 def layout_conversions(card: Card) -> LayoutConversions:
     """The conversion kernels of `card`, per invocation as profiled."""
     kernels = [k for k in card.kernels if is_layout_conversion(k.name)]
-    durations = [k.metric("dur_us") for k in kernels]
-    moved = [(k.metric("dram_read_mb"), k.metric("dram_write_mb")) for k in kernels]
+    durations = [per_invocation_value(card, k, k.metric("dur_us")) for k in kernels]
+    moved = [(per_invocation_value(card, k, k.metric("dram_read_mb")),
+              per_invocation_value(card, k, k.metric("dram_write_mb"))) for k in kernels]
     return LayoutConversions(
         kernels=[k.name for k in kernels],
         dur_us=None if any(d is None for d in durations) else sum(d or 0.0 for d in durations),

@@ -40,8 +40,9 @@ from typing import Any
 from harness.cards.fields import MEASURED_SOURCES, METRIC_FIELDS, UNRESOLVED
 from harness.cards.findings import REPORT_LEVEL, Correction, Finding
 from harness.cards.kernel_names import damaged_stem, is_merged_name
+from harness.cards.launches import kernel_total_us, per_invocation, per_invocation_value
 from harness.cards.model import ID_RENAMED, Card, Kernel, Report
-from harness.cards.rules import CLASS_TEXT, NOT_ENOUGH, class_counts, classify_metrics
+from harness.cards.rules import CLASS_TEXT, class_counts, classify_metrics, undecided
 from harness.cards.units import (
     SCALE_FACTORS,
     Calibration,
@@ -114,8 +115,8 @@ def _card_fields(card: Card, out: Card, notes: _Notes) -> None:
             notes.find(None, "null_field", f"{name} is null", name)
     if not card.shape_parameters:
         notes.find(None, "null_field", "shape_parameters is empty: the op's shape was lost", "shape_parameters")
-    # An estimate the rules could not settle has no class by design, and says why in primary_rule.
-    if card.primary is None and not (card.primary_rule or "").startswith(NOT_ENOUGH):
+    # An estimate or a reading the rules could not settle has no class by design, and says why in primary_rule.
+    if card.primary is None and not undecided(card.primary_rule):
         notes.find(None, "primary_missing", f"card has no primary class (status {card.status!r})", "primary")
 
 
@@ -216,15 +217,15 @@ def _percent_range(kernel: Kernel, metrics: dict[str, Any], notes: _Notes) -> No
 
 
 def _kernel_sum(card: Card, out: Card, unknown_durations: list[Kernel], notes: _Notes) -> None:
-    """summed_kernel_us against the listed kernels: one unknown duration inferred from it, a sum in another
-    unit corrected, any other difference a sum_mismatch."""
-    listed = sum(number(k.metric("dur_us")) or 0.0 for k in out.kernels)
+    """summed_kernel_us against the listed kernels (each entry's launches counted: harness.cards.launches): one
+    unknown duration inferred from it, a sum in another unit corrected, any other difference a sum_mismatch."""
+    listed = sum(per_invocation_value(out, k, number(k.metric("dur_us"))) or 0.0 for k in out.kernels)
     if card.summed_kernel_us is None:
         return
     total = float(card.summed_kernel_us)
     if len(unknown_durations) == 1 and total > listed:
         kernel = unknown_durations[0]
-        inferred = total - listed
+        inferred = (total - listed) / per_invocation(out, kernel)
         assert kernel.metrics is not None
         kernel.metrics["dur_us"] = inferred
         kernel.extra["dur_us_inferred"] = True
@@ -257,13 +258,13 @@ def _dominant(card: Card, out: Card, notes: _Notes) -> None:
     if card.dominant_kernel is None:
         return
     longest = max((k for k in out.kernels if k.metric("dur_us") is not None),
-                  key=lambda k: k.metric("dur_us") or 0.0, default=None)
+                  key=lambda k: kernel_total_us(k) or 0.0, default=None)
 
     def known_as(kernel: Kernel) -> str:
         return kernel.extra.get("recovered_from", kernel.name)
 
     if longest is not None and known_as(longest) != card.dominant_kernel and not any(
-        known_as(k) == card.dominant_kernel and k.metric("dur_us") == longest.metric("dur_us")
+        known_as(k) == card.dominant_kernel and kernel_total_us(k) == kernel_total_us(longest)
         for k in out.kernels
     ):
         notes.find(None, "dominant_mismatch",

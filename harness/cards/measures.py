@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from harness.cards.launches import per_invocation_value
 from harness.cards.model import CAPTURE_KEY, Card, Kernel
 from harness.cards.rules import dominant
 
@@ -39,10 +40,11 @@ def timing_median_us(card: Card) -> float | None:
 
 
 def kernel_sum_us(card: Card) -> float | None:
-    """The profiler's kernel durations of one invocation, summed (summed_kernel_us, else the kernels' dur_us)."""
+    """The profiler's kernel durations of one invocation, summed (summed_kernel_us, else the kernels' dur_us, each
+    entry's launches counted: harness.cards.launches)."""
     if card.summed_kernel_us is not None:
         return float(card.summed_kernel_us)
-    known = [d for d in (k.metric("dur_us") for k in card.kernels) if d is not None]
+    known = [d for d in (per_invocation_value(card, k, k.metric("dur_us")) for k in card.kernels) if d is not None]
     return sum(known) if known else None
 
 
@@ -153,7 +155,7 @@ def sum_metric(card: Card, *names: str) -> float | None:
     total, seen = 0.0, False
     for kernel in card.kernels:
         for name in names:
-            value = kernel_value(kernel, name)
+            value = per_invocation_value(card, kernel, kernel_value(kernel, name))
             if value is not None:
                 total += value
                 seen = True
@@ -166,7 +168,7 @@ def dram_bytes(card: Card) -> float | None:
     total, seen = 0.0, False
     for kernel in card.kernels:
         for name in ("dram_read_mb", "dram_write_mb"):
-            value = kernel.metric(name)
+            value = per_invocation_value(card, kernel, kernel.metric(name))
             if value is not None:
                 total, seen = total + value * 1e6, True
     return total if seen else None

@@ -451,8 +451,8 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
     return write_text_atomic(path, json.dumps(obj, indent=1) + "\n")
 
 
-def save_report(report: Report, path: str | os.PathLike[str]) -> Path:
-    return write_json_atomic(path, report.to_dict())
+def save_report(report: Report, path: str | os.PathLike[str]) -> Path:  # standard JSON: a NaN raises ValueError
+    return write_text_atomic(path, json.dumps(report.to_dict(), indent=1, allow_nan=False) + "\n")
 
 
 def empty_metrics() -> dict[str, float | None]:

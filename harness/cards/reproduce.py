@@ -25,6 +25,7 @@ from typing import Any
 from harness.cards.fields import SOURCE_NCU
 from harness.cards.kernel_families import kernel_family
 from harness.cards.labels import class_source
+from harness.cards.launches import per_invocation_value
 from harness.cards.measures import calls_per_invocation, kernel_sum_us
 from harness.cards.model import CAPTURE_KEY, DEVICE_KEY, Card, Report, ReportError
 
@@ -66,7 +67,7 @@ def _families(card: Card) -> tuple[list[str], list[str]]:
     sums: dict[str, float] = {}
     for kernel in card.kernels:
         family = kernel_family(kernel.name)
-        sums[family] = sums.get(family, 0.0) + (kernel.metric("dur_us") or 0.0)
+        sums[family] = sums.get(family, 0.0) + (per_invocation_value(card, kernel, kernel.metric("dur_us")) or 0.0)
     ordered = sorted(sums, key=lambda f: -sums[f])
     total = sum(sums.values())
     main = [f for f in ordered if total <= 0 or sums[f] >= MAIN_SHARE * total]
@@ -97,10 +98,14 @@ def _dtype_here(card: Card) -> str | None:
     return f"{workload['dtype']} ({source})" if source else str(workload["dtype"])
 
 
-def reproduce_card(here: Card, report_card: Card, report_device: str | None) -> CardReproduction:
-    """The verdict of one measured card against its report card (the module's docstring gives the rules)."""
+def reproduce_card(here: Card, report_card: Card, report_device: str | None,
+                   here_device: str | None = None) -> CardReproduction:
+    """The verdict of one measured card against its report card (the module's docstring gives the rules).
+    `here_device`: the GPU the measured side's report declares, for a card that records no environment (a
+    report's own card, e.g. an ncu import's: ncu read it on that GPU)."""
     env = _environment(here)
-    device = env.get("device_name") or env.get("cpu_name")
+    device = env.get("device_name") or env.get("cpu_name") or (here_device if not env else None)
+    on_gpu = env.get("device_kind") == "cuda" if env else here_device is not None
     families_report, main_report = _families(report_card)
     families_here, main_here = _families(here)
     t_report, t_here = _report_time_us(report_card), _here_time_us(here)
@@ -114,7 +119,7 @@ def reproduce_card(here: Card, report_card: Card, report_device: str | None) -> 
     def verdict(kind: Reproduction, reason: str) -> CardReproduction:
         return CardReproduction(verdict=kind, reason=reason, **common)  # type: ignore[arg-type]
 
-    if env.get("device_kind") != "cuda":
+    if not on_gpu:
         return verdict(Reproduction.NOT_COMPARABLE,
                        f"measured on {device or 'an unrecorded device'} ({source_here}): only estimates")
     if report_device is None:
@@ -157,6 +162,8 @@ def reported_device(report: Report, given: str | None = None) -> str | None:
 def reproduce(measured: Report, report: Report, report_device: str | None = None) -> list[CardReproduction]:
     """Each measured card's verdict against the report card of its id (`report_device`: the report's own)."""
     device = reported_device(report, report_device)
+    # A report's `device` declares the GPU its own cards were read on (an ncu import's, a GPU capture's).
+    here_device = str(measured.extra[DEVICE_KEY]) if measured.extra.get(DEVICE_KEY) else None
     out = []
     for card in measured.cards:
         try:
@@ -165,7 +172,7 @@ def reproduce(measured: Report, report: Report, report_device: str | None = None
             out.append(CardReproduction(card.id, Reproduction.NOT_COMPARABLE, [], _families(card)[0], None, None,
                                         card.primary, False, "no card of this id in the report", None, None))
             continue
-        out.append(reproduce_card(card, report_card, device))
+        out.append(reproduce_card(card, report_card, device, here_device))
     return out
 
 

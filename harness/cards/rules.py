@@ -11,6 +11,12 @@ over those nulls the report's way gives a confident class the counters could con
 trace read 842ecd, the report's own kernels at the report's time, as unresolved where ncu reads
 partial_wave_tail. So an estimate gets a class only when every value its nulls could take gives the same
 one (`settled`); otherwise none, and its rule says "estimate: not enough to classify" and why.
+
+A counter reading is held to the same: a kernel ncu read none of the throughputs of (sm, tensor, DRAM,
+L2: a report profiled with a narrow metric set) gets a class only where settled, else its rule says "not
+enough to classify" and names them; a kernel ncu failed to profile (`ncu_failed`: its metrics NaN) gets
+none, its rule saying why. A kernel that carries warp-stall ratios names its dominant stall in its
+evidence, and an unresolved one in its rule and the card's next step (harness.cards.stalls).
 """
 
 from __future__ import annotations
@@ -28,13 +34,26 @@ from harness.cards.fields import (
     L2_BANDWIDTH_BOUND,
     LATENCY_OR_OCCUPANCY_LIMITED,
     MEASURED_SOURCES,
+    NCU_FAILED,
     PARTIAL_WAVE_TAIL,
     UNRESOLVED,
 )
+from harness.cards.launches import kernel_total_us, per_invocation_value
 from harness.cards.model import Card, Kernel, Report
+from harness.cards.stalls import dominant_stall, stall_phrase
 
 # The rule text of an estimate the rules cannot classify (harness.cards.labels shows it as the class).
 NOT_ENOUGH = "estimate: not enough to classify"
+# The rule text of a counter reading the rules cannot classify: ncu failed, or read no throughput.
+TOO_FEW_METRICS = "not enough to classify"
+THROUGHPUT_FIELDS = ("sm_pct", "tensor_pct", "dram_pct", "l2_pct")
+REPROFILE = ("Re-profile with the metrics the rules read (ncu's SpeedOfLight, LaunchStats and Occupancy sections), "
+             "then classify")
+
+
+def undecided(rule: str | None) -> str | None:
+    """NOT_ENOUGH or TOO_FEW_METRICS when a kernel's or card's rule says why it has no class; else None."""
+    return next((label for label in (NOT_ENOUGH, TOO_FEW_METRICS) if (rule or "").startswith(label)), None)
 
 
 @dataclass(frozen=True)
@@ -93,6 +112,9 @@ CLASS_TEXT: dict[str, ClassText] = {
         "Collect stall reasons (smsp__warp_issue_stalled_*) and l1tex/lts bytes",
     ),
 }
+
+# An unresolved kernel that carries warp-stall ratios: its rule names the dominant stall instead.
+UNRESOLVED_WITH_STALLS = "no unit >= 60% and no clear occupancy/tail signature; dominant warp stall: "
 
 DEFAULT_ORDER: tuple[str, ...] = CLASSES[:-1]
 
@@ -254,32 +276,56 @@ def is_estimate(kernel: Kernel) -> bool:
     return source is not None and source not in MEASURED_SOURCES
 
 
+def _unsettled(kernel: Kernel, decision: Decision, rules: RuleSet | None) -> tuple[str, list[str]] | None:
+    """Why the decision does not stand, with the classes it could be: an estimate's or a throughput-less
+    counter reading's nulls could give another class; None when it stands."""
+    metrics = kernel.metrics or {}
+    estimate = is_estimate(kernel)
+    if not estimate and any(metrics.get(name) is not None for name in THROUGHPUT_FIELDS):
+        return None
+    possible = possible_classes(metrics, rules)
+    if len(possible) == 1:
+        return None
+    unknown = [key for key, value in decision.evidence.items() if value is None]
+    also = [key for key in unknown if key not in THROUGHPUT_FIELDS]
+    lacks = (f"{NOT_ENOUGH}: the estimate lacks {', '.join(unknown)}" if estimate else
+             f"{TOO_FEW_METRICS}: ncu read none of {', '.join(THROUGHPUT_FIELDS)} (not in the report's metric set)"
+             + (f" nor {', '.join(also)}" if also else ""))
+    return (f"{lacks}, and the rules' answer turns on them (it could be {', '.join(possible[:-1])} or "
+            f"{possible[-1]})", possible)
+
+
 def classify_kernel(kernel: Kernel, rules: RuleSet | None = None) -> Kernel:
     """A copy of the kernel with classification, rule and evidence recomputed (damaged: unchanged).
 
-    An estimate the nulls could classify otherwise gets no class: its rule says why."""
+    A kernel ncu failed on, or whose nulls could classify it otherwise, gets no class: its rule says why. One
+    with warp-stall ratios names its dominant stall in its evidence (and in its rule, when unresolved)."""
     out = copy.deepcopy(kernel)
     if kernel.metrics is None:
         return out
     decision = classify_metrics(kernel.metrics, rules)
     out.classification, out.rule, out.evidence = decision.classification, decision.rule, decision.evidence
-    if is_estimate(kernel):
-        possible = possible_classes(kernel.metrics, rules)
-        if len(possible) > 1:
-            unknown = [key for key, value in decision.evidence.items() if value is None]
-            out.classification = None
-            out.rule = (f"{NOT_ENOUGH}: the estimate lacks {', '.join(unknown)}, and the rules' answer turns "
-                        f"on them (it could be {', '.join(possible[:-1])} or {possible[-1]})")
-            out.evidence = {**decision.evidence, "possible_classes": possible}
+    stall = dominant_stall(kernel)
+    if stall is not None:
+        out.evidence = {**decision.evidence, "dominant_stall": stall}
+        if decision.classification == UNRESOLVED:
+            out.rule = f"{UNRESOLVED_WITH_STALLS}{stall_phrase(stall)}"
+    failed = kernel.extra.get(NCU_FAILED)
+    unsettled = None if failed else _unsettled(kernel, decision, rules)
+    if failed:
+        out.classification, out.rule = None, f"{TOO_FEW_METRICS}: ncu failed on this kernel: {failed}"
+    elif unsettled is not None:
+        out.classification, out.rule = None, unsettled[0]
+        out.evidence = {**out.evidence, "possible_classes": unsettled[1]}
     return out
 
 
 def dominant(kernels: Iterable[Kernel]) -> Kernel | None:
-    """The kernel with the longest known duration (first one on ties)."""
+    """The kernel with the longest known time over its launches (first one on ties)."""
     best: Kernel | None = None
     for kernel in kernels:
-        duration = kernel.metric("dur_us")
-        if duration is not None and (best is None or duration > (best.metric("dur_us") or 0.0)):
+        total = kernel_total_us(kernel)
+        if total is not None and (best is None or total > (kernel_total_us(best) or 0.0)):
             best = kernel
     return best
 
@@ -287,8 +333,16 @@ def dominant(kernels: Iterable[Kernel]) -> Kernel | None:
 def _unlisted_time(card: Card) -> float:
     if card.summed_kernel_us is None:
         return 0.0
-    listed = sum(k.metric("dur_us") or 0.0 for k in card.kernels)
+    listed = sum(per_invocation_value(card, k, k.metric("dur_us")) or 0.0 for k in card.kernels)
     return max(float(card.summed_kernel_us) - listed, 0.0)
+
+
+def _why_unclassified(card: Card, top: Kernel | None) -> str | None:
+    """The rule of the kernel that says why the card has no class: its dominant's, else (no kernel duration
+    known, e.g. every launch failed) the first kernel's that says why."""
+    if top is not None:
+        return top.rule if undecided(top.rule) else None
+    return next((k.rule for k in card.kernels if undecided(k.rule)), None)
 
 
 def classify_card(card: Card, rules: RuleSet | None = None) -> Card:
@@ -301,7 +355,7 @@ def classify_card(card: Card, rules: RuleSet | None = None) -> Card:
     out.kernels = [classify_kernel(k, rules) for k in card.kernels]
     top = dominant(out.kernels)
     unlisted = _unlisted_time(out)
-    if top is not None and unlisted > (top.metric("dur_us") or 0.0):
+    if top is not None and unlisted > (per_invocation_value(out, top, top.metric("dur_us")) or 0.0):
         # More time is missing from the list than its longest kernel took: the dominant is unknown.
         out.extra["classification_note"] = (
             f"{unlisted:.3f} us of summed_kernel_us is not in the kernel list, more than its longest "
@@ -313,7 +367,7 @@ def classify_card(card: Card, rules: RuleSet | None = None) -> Card:
     elif top is None or top.classification is None:
         out.dominant_kernel = top.name if top else None
         out.primary = None
-        out.primary_rule = top.rule if top is not None and is_estimate(top) else None  # why no class
+        out.primary_rule = _why_unclassified(out, top)
         text = CLASS_TEXT[UNRESOLVED]
         out.status = "unresolved"
     else:
@@ -324,6 +378,13 @@ def classify_card(card: Card, rules: RuleSet | None = None) -> Card:
         out.status = "unresolved" if out.primary == UNRESOLVED else "classified"
     out.alternative_explanation = text.alternative_explanation
     out.counter_experiment = text.counter_experiment
+    stall = (top.evidence or {}).get("dominant_stall") if top is not None else None
+    if undecided(out.primary_rule) == TOO_FEW_METRICS:
+        out.counter_experiment = REPROFILE + (f"; its dominant warp stall, read already: {stall_phrase(stall)}"
+                                              if isinstance(stall, dict) else "")
+    elif out.primary == UNRESOLVED and isinstance(stall, dict):
+        out.counter_experiment = (f"Act on the dominant warp stall, {stall['reason']} ({stall['meaning']}); "
+                                  "compare its share of the stall cycles and the duration")
     return out
 
 

@@ -24,6 +24,7 @@ from harness.cards.diff_rows import ReportDiff
 from harness.cards.diff_sides import comparison_note, side_name
 from harness.cards.fields import UNRESOLVED
 from harness.cards.findings import SEVERITIES, exit_status
+from harness.cards.launches import invocation_text, launches
 from harness.cards.lint import LintResult, lint_report
 from harness.cards.lint_text import finding_line, render
 from harness.cards.measures import (
@@ -38,13 +39,12 @@ from harness.cards.model import (
     Report,
     ReportError,
     load_report,
-    save_report,
-    write_json_atomic,
     write_text_atomic,
 )
 from harness.cards.reproduce import reported_device, reproduce
-from harness.cards.rules import NOT_ENOUGH, RuleSet, classify_report
+from harness.cards.rules import RuleSet, classify_report, undecided
 from harness.errors import HarnessError
+from harness.report.ncu_lines import kernel_lines
 
 EXIT_BAD_INPUT = 2
 CORRECTED = "*"  # marks a value `show` prints from the normalized view that differs from the stored one
@@ -91,8 +91,8 @@ def _cmd_lint(args: argparse.Namespace) -> int:
 
 def no_class_reason(card: Card) -> str:
     """Why a classified card has no primary class (harness.cards.rules.classify_card's cases)."""
-    if (card.primary_rule or "").startswith(NOT_ENOUGH):  # an estimate the nulls could classify otherwise
-        return NOT_ENOUGH
+    if reason := undecided(card.primary_rule):  # an estimate, or a reading, the nulls could classify otherwise
+        return reason
     if "classification_note" in card.extra:
         return "dominant kernel not listed"
     if card.dominant_kernel is None:
@@ -124,10 +124,10 @@ def _cmd_classify(args: argparse.Namespace) -> int:
     report = load_report(args.report)
     out = _reclassified(report, _load_rules(args.rules))
     if args.out:
-        save_report(out, args.out)
+        _save(out, args.out)
         print(f"wrote {args.out}: {class_line(out)}")
     else:
-        json.dump(out.to_dict(), sys.stdout, indent=1)
+        print(_standard_json(out))
         print()
         print(class_line(out), file=sys.stderr)  # for the reader; stdout stays one JSON document
     return 0
@@ -197,7 +197,9 @@ def _time_lines(stored: Card, card: Card, corrected: bool) -> list[str]:
     """A measured card's time is its timing median per original call; its kernel sum is labelled as such."""
     calls = calls_per_invocation(card)
     kernels = kernel_sum_us(card)
+    counted = invocation_text(card)
     kernel_text = (f"{_marked(_fmt(kernels, 3), corrected)} us ({KERNEL_SUM_BASIS}"
+                   + (f"; {counted}" if counted else "")
                    + (f"; {_fmt(kernels / calls, 3)} us per original call over {calls} calls"
                       if calls > 1 and kernels is not None else "")
                    + f"; stored summed_kernel_us {_fmt(stored.summed_kernel_us, 3)})")
@@ -232,8 +234,9 @@ def _show_card(stored: Card, card: Card, result: LintResult) -> None:
     fields = ["dur_us", "sm_pct", "tensor_pct", "dram_pct", "l2_pct", "warps_active_pct", "waves",
               "dram_read_mb", "dram_write_mb"]
     rows, marked = [], time_corrected
+    counted = any(launches(k) > 1 for k in card.kernels)  # an imported report's entries of several launches
     for before, kernel in zip(stored.kernels, card.kernels):
-        cells = [_marked(shorten(kernel.name, 60), before.damaged)]
+        cells = [_marked(shorten(kernel.name, 60), before.damaged)] + ([str(launches(kernel))] if counted else [])
         for field in fields:
             if before.damaged:  # the values come from the entry's surviving evidence; only a duration is inferred
                 corrected = field == "dur_us" and bool(kernel.extra.get("dur_us_inferred"))
@@ -243,12 +246,16 @@ def _show_card(stored: Card, card: Card, result: LintResult) -> None:
         marked |= before.damaged or any(c.endswith(CORRECTED) for c in cells[1:])
         rows.append(cells + [kernel.classification or "-"])
     print()
-    print(_table(rows, ["kernel"] + fields + ["class"]))
+    print(_table(rows, ["kernel"] + (["launches"] if counted else []) + fields + ["class"]))
     calls = calls_per_invocation(card)
-    print("(metrics per kernel and invocation" + (f"; one invocation serves {calls} original calls)" if calls > 1
-                                                  else ")"))
+    print("(metrics per kernel and " + ("launch: an entry of several launches gives their mean" if counted
+                                        else "invocation")
+          + (f"; one invocation serves {calls} original calls)" if calls > 1 else ")"))
     if marked:
         print(LEGEND)
+    ncu = kernel_lines(card)
+    if ncu:
+        print("\nncu:\n" + "\n".join("  " + line for line in ncu))
     notes = [f for f in result.findings if f.card == card.id]
     if notes:
         print("\nlint:")
@@ -297,20 +304,34 @@ def _write_diff_html(diff: ReportDiff, before: Report, after: Report, args: argp
         raise CliError(f"{target}: cannot write the HTML report ({exc.strerror or exc})") from None
 
 
+def _standard_json(report: Report) -> str:
+    """The report as standard JSON: NaN and Infinity are not JSON (JSON.parse refuses them), so one is an error."""
+    try:
+        return json.dumps(report.to_dict(), indent=1, allow_nan=False)
+    except ValueError as exc:
+        raise CliError(f"{report.source}: not written: a value is not a finite number ({exc})") from None
+
+
+def _save(report: Report, path: str) -> None:
+    write_text_atomic(path, _standard_json(report) + "\n")
+
+
 def _cmd_import_ncu(args: argparse.Namespace) -> int:
-    from harness.profile.ncu.importer import cards_from_ncu
+    from harness.profile.ncu.importer import import_ncu
 
     try:
-        cards = cards_from_ncu(args.file, group_by=args.group_by)
+        imported = import_ncu(args.file, group_by=args.group_by)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    report = classify_report(Report(cards=cards, source=str(args.file)))
+    report = classify_report(imported)
     report.scope = f"imported from {args.file} by harness.report import-ncu"
     if args.out:
-        write_json_atomic(args.out, report.to_dict())
-        print(f"wrote {args.out}: {len(report.cards)} cards; summary {report.summary}")
+        _save(report, args.out)
+        device = report.extra.get("device") or "no GPU named"
+        version = report.extra.get("ncu_version") or "ncu version not recorded"
+        print(f"wrote {args.out}: {len(report.cards)} cards ({device}; ncu {version}); {class_line(report)}")
     else:
-        print(json.dumps(report.to_dict(), indent=1))
+        print(_standard_json(report))
     return 0
 
 

@@ -13,26 +13,34 @@ Values keep ncu's text until a field is read: thousands separators are removed f
 anything that is not a single number (instanced values, "n/a", enum names) stays a string. A unit
 this module does not know is never guessed: given a list for notes, the field stays None and the
 note says which unit (one odd unit must not cost a trial its other fields); without one it raises.
+A value ncu recorded as NaN (a metric of a kernel it failed to profile) is no number either: its field
+stays None, and the note says so.
+
+The details page also carries ncu's rule results, as rows with a "Rule Name" and no metric; they are
+kept on the record (harness.profile.ncu.rule_results).
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 from harness.cards.fields import METRIC_UNITS
 from harness.cards.units import impossible_percent
 from harness.errors import HarnessError
 from harness.hardware.ncu_metrics import CACHE_BYTES_METRICS
 from harness.profile.ncu.metrics import FIELD_SOURCES, STALL_METRIC
+from harness.profile.ncu.rule_results import ERROR, from_details_row
 from harness.profile.ncu.units import NcuUnitError, to_report_unit
 
 RAW = "raw"
 DETAILS = "details"
 REPORT = "report"  # a binary .ncu-rep read through the ncu_report module
 
+NCU_NOTES = "ncu_notes"  # a kernel's extra: what the parser could not read (a field left null, and why)
 DEFAULT_NVTX_DOMAIN = "<default domain>"
 _NVTX_RANGE_FIELD = "Push/Pop_Range"
 _NVTX_START_END_FIELD = "Start/Stop_Range"  # process-wide ranges: kept as launch info, not grouped on
@@ -71,6 +79,8 @@ class NcuKernelRecord:
     values: dict[str, tuple[Value, str]]  # metric name (or details-page label) -> (value, ncu unit)
     source_format: str  # RAW, DETAILS or REPORT
     attributes: dict[str, str] = field(default_factory=dict)  # Process ID, Device, CC, ...
+    rules: list[dict[str, Any]] = field(default_factory=list)  # ncu's rule results (rule_results' shape)
+    rule_errors: list[str] = field(default_factory=list)  # the messages of the rules ncu could not evaluate
 
     def value(self, *keys: str) -> tuple[str, Value, str] | None:
         """The first of `keys` this kernel carries, with its value and unit."""
@@ -79,6 +89,15 @@ class NcuKernelRecord:
                 value, unit = self.values[key]
                 return key, value, unit
         return None
+
+    def unread(self) -> list[str]:
+        """The metrics ncu recorded without a value (NaN): what it failed to collect for this kernel."""
+        return [key for key, (value, _) in self.values.items() if is_nan(value)]
+
+
+def is_nan(value: Value) -> bool:
+    """ncu's "no value": a float NaN from the report module, "nan" on a CSV page."""
+    return value.strip().lower().lstrip("+-") == "nan" if isinstance(value, str) else math.isnan(value)
 
 
 def nvtx_path(ranges: Iterable[tuple[str, str]]) -> str | None:
@@ -181,6 +200,10 @@ def _read(
         return None
     key, value, unit = found
     what = f"kernel {record.id} ({record.name[:80]}) {key}"
+    if is_nan(value):
+        if notes is not None:
+            notes.append(f"{field_name or key} left null: ncu recorded no value (NaN) for {key}")
+        return None
     if isinstance(value, str):
         if value.strip().lower() in _MISSING:
             return None
@@ -319,9 +342,19 @@ def _parse_details(header: list[str], rows: list[list[str]]) -> list[NcuKernelRe
             raise NcuParseError(f"table row {line}: kernel {kernel_id} changes its name")
         label = row[metric_col]
         if not label:  # a rule's row: advice text, no value
+            _add_rule(record, dict(zip(header, row)))
             continue
         # The same label can appear in two sections ("Memory Throughput" in % and in byte/s);
         # the first keeps the plain label, later ones are qualified by their section.
         key = label if label not in record.values else f"{row[section_col]} / {label}"
         record.values[key] = (parse_value(row[value_col]), row[unit_col].strip())
     return list(kernels.values())
+
+
+def _add_rule(record: NcuKernelRecord, row: dict[str, str]) -> None:
+    if not row.get("Rule Name"):
+        return
+    found = from_details_row(row)
+    record.rules.append(found)
+    if found["message_type"] == ERROR and row.get("Rule Description"):
+        record.rule_errors.append(row["Rule Description"])

@@ -4,12 +4,18 @@ Two ways, tried in order:
 1. the `ncu_report` Python module (PyPI `ncu-report`, or the copy every ncu installation ships in
    its `extras/python` folder), which reads a report without a GPU;
 2. `ncu --import REPORT --csv --page raw --print-units base`, parsed like any raw page.
+
+Through the module each kernel also keeps ncu's rule results (harness.profile.ncu.rule_results). Which
+ncu wrote the report the module does not say; the report file does, in its session record
+(`writer_version`).
 """
 
 from __future__ import annotations
 
 import importlib
+import mmap
 import os
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +26,7 @@ from harness.hardware.ncu_metrics import CACHE_BYTES_METRICS
 from harness.profile.ncu.command import export_command, find_ncu
 from harness.profile.ncu.metrics import FIELD_SOURCES, STALL_METRIC
 from harness.profile.ncu.parse import REPORT, NcuKernelRecord, Value, nvtx_path, parse_text
+from harness.profile.ncu.rule_results import from_module
 from harness.profile.ncu.runner import run_ncu
 
 # Every metric a report field or a counter-experiment may read; the stall metrics are found by name.
@@ -93,6 +100,7 @@ def _read_with_module(module: ModuleType, target: Path) -> list[NcuKernelRecord]
         profiled_range = context.range_by_idx(range_index)
         for action_index in range(profiled_range.num_actions()):
             action = profiled_range.action_by_idx(action_index)
+            rules, rule_errors = from_module(action, module)
             records.append(
                 NcuKernelRecord(
                     id=len(records),  # ncu's CSV numbers kernels across ranges the same way
@@ -100,6 +108,8 @@ def _read_with_module(module: ModuleType, target: Path) -> list[NcuKernelRecord]
                     nvtx_range=_nvtx(action),
                     values=_values(action),
                     source_format=REPORT,
+                    rules=rules,
+                    rule_errors=rule_errors,
                 )
             )
     if not records:
@@ -131,3 +141,26 @@ def _nvtx(action: Any) -> str | None:
         domain = state.domain_by_id(domain_id)
         ranges += [(domain.name(), name) for name in domain.push_pop_ranges()]
     return nvtx_path(ranges)
+
+
+# The report's session record names the ncu that wrote it as a key and its value, protobuf strings (field 1
+# and 2 of one entry): "Nsight Compute Target" -> "2025.3.1.0 (build 36398880) (public-release)". The
+# ncu_report module exposes no session data, so the entry is found by its key's bytes.
+_WRITER_KEY = b"\x0a\x15Nsight Compute Target\x12"
+_VERSION = re.compile(rb"\d{4}\.\d+\.\d+(?:\.\d+)?(?: \(build \d+\))?")
+
+
+def writer_version(path: str | os.PathLike[str]) -> str | None:
+    """The version of the ncu that wrote a `.ncu-rep` ("2025.3.1.0 (build 36398880)"); None when the file does
+    not say (every report read here, ncu 2020.2 to 2025.3, does)."""
+    try:
+        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            start = data.find(_WRITER_KEY)
+            if start < 0:
+                return None
+            value = start + len(_WRITER_KEY)
+            length = data[value]  # a version string is shorter than 128 bytes: a one-byte varint
+            found = _VERSION.match(data[value + 1:value + 1 + length]) if length < 128 else None
+    except (OSError, ValueError):  # unreadable, or empty (mmap refuses a file of 0 bytes)
+        return None
+    return found.group().decode() if found else None
