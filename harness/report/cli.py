@@ -328,8 +328,9 @@ def _cmd_import_ncu(args: argparse.Namespace) -> int:
     if args.out:
         _save(report, args.out)
         device = report.extra.get("device") or "no GPU named"
-        version = report.extra.get("ncu_version") or "ncu version not recorded"
-        print(f"wrote {args.out}: {len(report.cards)} cards ({device}; ncu {version}); {class_line(report)}")
+        version = report.extra.get("ncu_version")
+        tool = f"ncu {version}" if version else "ncu version not recorded"
+        print(f"wrote {args.out}: {len(report.cards)} cards ({device}; {tool}); {class_line(report)}")
     else:
         print(_standard_json(report))
     return 0
