@@ -8,16 +8,18 @@ quantiles of the same samples read 1.02x). So the verdict of a measured change i
 
 1. Each side of a round is summarised by the lower quartile of its samples (`RoundTiming.low_us`): the part
    of the round interference did not touch, as long as it touched fewer than three samples in four.
-2. A side's round is *competing* when other processes were measured competing for its cores through most of
-   it (harness.hardware.cpu_load: more than half a core beyond what the measurement left free, or a tenth of
-   the CPU time stolen by the hypervisor; `RoundTiming.competing`), and *displaced* when, with no competition
-   measured, its lower quartile lies more than `DISTURBED_ABOVE` (10%) above the side's fast mode, the lowest
-   lower quartile of its rounds without competition: the whole round ran slow for a reason nobody measured.
-   (The measured criterion catches a side whose every round ran slow, which the statistical one cannot: it
-   has no fast round to compare with.)
-3. A round decides when both sides were quiet, or both were competing: competition measured on both hits
-   both, and what hits them unlike widens the interval without leaning it either way. Every other round is
-   dropped: one side disturbed and the other not never decides, nor does a displacement of unknown cause.
+2. A side's round is *displaced* when its lower quartile lies more than `DISTURBED_ABOVE` (10%) above the
+   side's fast mode, the lowest lower quartile of its rounds without competition: the whole round ran slow,
+   so its estimate is touched too. Otherwise it is *competing* when other processes were measured competing
+   for its cores through most of it (harness.hardware.cpu_load: more than half a core beyond what the
+   measurement left free, or a tenth of the CPU time stolen by the hypervisor; `RoundTiming.competing`),
+   else *quiet*. (The measured criterion catches a side whose every round ran slow, which the statistical one
+   cannot: it has no fast round to compare with.)
+3. A round decides when both sides were quiet, or both were competing with neither displaced: competition
+   measured on both hits both, and what is left of it in two lower quartiles near their fast modes widens
+   the interval without leaning it either way. Every other round is dropped: one side disturbed and the
+   other not never decides, nor does a displaced side (a longer call is preempted more often than a short one
+   under the same load, so two displaced sides are not displaced alike).
 4. The paired verdict (harness.cards.noise.paired_verdict: Student's t on the mean log ratio, the SAME band)
    over the kept rounds' lower quartiles; with fewer than two of them, INCONCLUSIVE.
 5. While the verdict is INCONCLUSIVE the rounds go on (`rounds_wanted`): first a round for each dropped
@@ -110,7 +112,7 @@ def fast_mode(rounds: Sequence[RoundTiming]) -> float:
 def round_states(rounds: Sequence[RoundTiming], above: float = DISTURBED_ABOVE) -> list[str]:
     """For each round of one side: "quiet", "competing" or "displaced" (rule 2 of the module docstring)."""
     limit = fast_mode(rounds) * (1 + above)
-    return ["competing" if r.competing else "displaced" if r.low_us > limit else "quiet" for r in rounds]
+    return ["displaced" if r.low_us > limit else "competing" if r.competing else "quiet" for r in rounds]
 
 
 def decides(before_state: str, after_state: str) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.cards.diff_sides import runs_differ
+from harness.cards.disturbance import DISTURBED_ABOVE, MORE_ROUNDS_CAP
 from harness.cards.measures import scale_crossing
 from harness.cards.model import Card
 from harness.cards.noise import timing_verdict
@@ -60,7 +61,7 @@ def judge_time(before: Card, after: Card, both_timed: bool, before_us: float | N
                threshold: float, confirmation: dict[str, Any] | None) -> TimeVerdict:
     """The time verdict of one before/after pair, with the rule and the numbers that decided it.
 
-    Measured cards are judged only by their paired confirm rounds (harness.cards.noise.paired_verdict);
+    Measured cards are judged only by their paired confirm rounds (harness.cards.disturbance.robust_verdict);
     without them the verdict is UNCONFIRMED, since two timings taken apart cannot rule out drift.
     Report cards (kernel-duration sums from ncu) keep the single-sample rule. Two sides at different workload
     scales ran different shapes: no verdict and no speedup, whatever else holds.
@@ -74,8 +75,12 @@ def judge_time(before: Card, after: Card, both_timed: bool, before_us: float | N
         verdict = confirmation["verdict"]
         if ci and isinstance(band, (int, float)):
             numbers = _paired_numbers(verdict, float(band), float(confirmation.get("confidence") or 0.95))
+        elif confirmation.get("rounds_run"):
+            numbers, band = "fewer than 2 rounds kept: no interval", None
         else:
             numbers, band = "no paired rounds: ratio of the timing medians", None
+        if dropped := confirmation.get("disturbed_rounds"):
+            numbers += f"; {len(dropped)} of {confirmation.get('rounds_run')} rounds dropped as disturbed"
         return TimeVerdict(verdict, confirmation.get("speedup") or speedup, list(ci) if ci else None, band,
                            confirmation.get("rule") or "", numbers)
     if before_us is None or not before_us or after_us is None:
@@ -101,11 +106,14 @@ def judge_time(before: Card, after: Card, both_timed: bool, before_us: float | N
 # The time verdict as harness.cards.noise and judge_time implement it; every table's caption.
 VERDICT_RULE_TEXT = (
     "Time verdict: measured cards of one run are judged on paired rounds, baseline and variant re-timed back "
-    "to back in ABBA order. The speedup is the geometric mean of the rounds' ratios (baseline / variant, per "
-    "original call), so it need not equal the ratio of the two timing medians shown; its 95% interval is "
-    "Student's t on the mean of the rounds' log ratios. FASTER or SLOWER when the whole interval lies above or "
-    "below the SAME band [1/(1+b), 1+b], SAME when it lies inside, INCONCLUSIVE when it straddles an edge; "
-    "UNCONFIRMED without paired rounds (so always for two runs' cards: never timed together). Report cards "
-    "(kernel-duration sums, one sample a side): SAME within the threshold. Each row names the interval and the "
-    "band that decided it."
+    "to back in ABBA order, each side of a round read by the lower quartile of its samples (interference only "
+    "adds time). A round where other processes competed with one side only, or where a side's lower quartile "
+    f"ran more than {DISTURBED_ABOVE:.0%} above its fastest round's, is dropped and run again, and rounds go on "
+    f"while the verdict is undecided (up to {MORE_ROUNDS_CAP}x the planned rounds). The speedup is the geometric "
+    "mean of the kept rounds' ratios (baseline / variant, per original call), so it need not equal the ratio of "
+    "the two timing medians shown; its 95% interval is Student's t on the mean of their log ratios. FASTER or "
+    "SLOWER when the whole interval lies above or below the SAME band [1/(1+b), 1+b], SAME when it lies inside, "
+    "INCONCLUSIVE when it straddles an edge; UNCONFIRMED without paired rounds (so always for two runs' cards: "
+    "never timed together). Report cards (kernel-duration sums, one sample a side): SAME within the threshold. "
+    "Each row names the interval and the band that decided it."
 )

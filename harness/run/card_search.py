@@ -26,12 +26,12 @@ from harness.cards.applied import (
     applied_of,
     recorded,
 )
+from harness.cards.disturbance import MORE_ROUNDS_CAP, robust_verdict, round_record
 from harness.cards.dtype import card_dtype, declared_rules
 from harness.cards.kernel_match import report_names
 from harness.cards.measured import TrialLabel
 from harness.cards.measures import captured
 from harness.cards.model import Card, Report, load_report, save_report
-from harness.cards.noise import paired_verdict
 from harness.config.schema import experiment_of
 from harness.run.state import CardOutcome, RunContext, RunError, reference_folder, same_band
 from harness.run.worker import CardSession, TrialFailed, WorkerError, quiet_trial_failures
@@ -303,7 +303,8 @@ def confirm(ctx: RunContext, session: CardSession, trials_dir: Path, tried_path:
     """Re-time baseline and the tried variant in paired ABBA rounds (in the worker); judge the pair.
 
     The search timed each trial once, minutes apart from the baseline; the verdict is taken from
-    these interleaved rounds instead (harness.cards.noise.paired_verdict), per original call. The
+    these interleaved rounds instead, per original call, by the rule of harness.cards.disturbance (each round's
+    lower quartile per side, rounds interference touched dropped, more rounds while undecided). The
     worker restates both cards from the rounds (baseline.json and tried.json), keeping the search's
     own timings under `search_timing`. Without rounds (timing.confirm_rounds=0, or they failed) the
     verdict is UNCONFIRMED and nothing is adopted; the cards say why.
@@ -315,9 +316,9 @@ def confirm(ctx: RunContext, session: CardSession, trials_dir: Path, tried_path:
                else "timing.confirm_rounds=1: an interval needs at least 2 paired rounds")
         return Confirmed(TrialStatus.COMPLETE), _unconfirmed(why, band)
     baseline = str(trials_dir / "baseline.json")
-    plan = ConfirmPlan(variant=variant, params=params, rounds=rounds, budget_s=ctx.cfg.timing.budget_s / 4,
-                       baseline_card=baseline, tried_card=tried_path, baseline_out=baseline,
-                       tried_out=str(trials_dir / "tried.json"))
+    plan = ConfirmPlan(variant=variant, params=params, rounds=rounds, max_rounds=MORE_ROUNDS_CAP * rounds, band=band,
+                       budget_s=ctx.cfg.timing.budget_s / 4, baseline_card=baseline, tried_card=tried_path,
+                       baseline_out=baseline, tried_out=str(trials_dir / "tried.json"))
     try:
         reply = session.confirm(plan)
     except WorkerError as exc:
@@ -325,10 +326,12 @@ def confirm(ctx: RunContext, session: CardSession, trials_dir: Path, tried_path:
     if not reply.ok or reply.baseline_rounds is None or reply.tried_rounds is None:
         log.warning("card %s: the confirm rounds failed (%s); nothing is adopted", session.spec.card_id, reply.reason)
         return reply, _unconfirmed(f"the confirm rounds failed: {reply.reason}", band)
-    before, after = reply.baseline_rounds.round_us, reply.tried_rounds.round_us
-    verdict = paired_verdict(before, after, band)
-    return reply, {**verdict.as_dict(), "rule": verdict.describe(), "before_rounds_us": before,
-                   "after_rounds_us": after, "order": "ABBA"}
+    before, after = reply.baseline_rounds, reply.tried_rounds
+    verdict = robust_verdict(before.rounds, after.rounds, band)
+    return reply, {**verdict.as_dict(), "band": band, "order": "ABBA",
+                   "before_rounds": round_record(before.rounds), "after_rounds": round_record(after.rounds),
+                   "disturbed_samples": before.disturbed_samples + after.disturbed_samples,
+                   "samples": before.samples + after.samples}
 
 
 def _judged_precision(card: Card) -> str | None:

@@ -111,7 +111,8 @@ def _set_up(cfg: HarnessConfig, rules: RuleSet, worker: TrialWorker, storage: st
     for module in (*_IMPORTED_WHILE_THE_WORKER_STARTS, *database):
         importlib.import_module(module)
     described = describe(worker, Describe(experiments={"run": (experiment_cfg.module, experiment_cfg.name)},
-                                          device=cfg.device, config=plain(cfg)), deadline)
+                                          device=cfg.device, config=plain(cfg),
+                                          noise_probe_s=cfg.timing.noise_probe_s), deadline)
     experiment = described.experiment("run")
     space = dict(experiment_cfg.space or {})
     if space or len(experiment.variants) > 1:
@@ -181,6 +182,7 @@ def execute(cfg: HarnessConfig, run_dir: Path) -> tuple[RunContext, list[CardOut
         settings=TimingSettings(warmup=timing.warmup, min_repeats=timing.min_repeats, budget_s=timing.budget_s,
                                 cuda_graph=timing.cuda_graph),
         not_drawn=drawable(space, experiment.unmet)[1],
+        noise_probe=setup.described.noise_probe,
     )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -196,6 +198,7 @@ def execute(cfg: HarnessConfig, run_dir: Path) -> tuple[RunContext, list[CardOut
     ctx.phases["outside_measurement_s"] = wall - ctx.phases["measurement_s"]
     costs = ctx.progress.costs(cost_settings(cfg, device, profiler))
     write_json_atomic(run_dir / "run.json", {"phases": ctx.phases, "costs": costs,
+                                             "noise": ctx.noise(outcomes).as_dict(),
                                              "environment": ctx.environment,
                                              "cards": [o.card_id for o in outcomes],
                                              "storage": describe_url(storage), "worker": cfg.search.worker})
@@ -216,7 +219,7 @@ def _run_cards(ctx: RunContext, cards: list[Card]) -> list[CardOutcome]:
             if ctx.progress is not None:
                 ctx.progress.card_done(card.id)
     except KeyboardInterrupt as stop:  # SIGINT/SIGTERM: how far the run got, for run.json and the banners
-        note_progress(stop, ctx, [o.card_id for o in outcomes], [c.id for c in cards])
+        note_progress(stop, ctx, outcomes, [c.id for c in cards])
         if outcomes:
             write_page(ctx.run_dir)
         raise

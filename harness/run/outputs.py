@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.boundary.replies import ExperimentFacts
+from harness.cards.cells import fmt_noisy
 from harness.cards.chunk_breakdown import attach_op_breakdowns
 from harness.cards.diff import diff_cards
 from harness.cards.diff_markdown import adoption_text, render_markdown, speedup_text, verdict_text
@@ -164,7 +165,7 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
     # Why the run's profiler is not the one asked for (profiler=auto falling back from ncu), from run.py.
     fallback = [f"Profiler note: {note}" for note in ctx.environment.get("profiler_notes") or []]
     other = headline(reproduced or [])
-    lines = [f"# {ctx.experiment.name}", "", *([f"**{other}**", ""] if other else []),
+    lines = [f"# {ctx.experiment.name}", "", ctx.noise(outcomes).line(), "", *([f"**{other}**", ""] if other else []),
              f"Hypothesis: {ctx.experiment.hypothesis}", "",
              f"Device: {ctx.environment.get('device_name')} ({ctx.device}); profiler: {ctx.profiler}", "",
              *fallback, *([""] if fallback else []), *_reproduction_lines(reproduced), *_dtype_lines(outcomes),
@@ -184,12 +185,13 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
                    if ctx.not_drawn and not o.n_trials else "no feasible variant: baseline kept")
             check = f"{d.verdict}: {d.verdict_detail}" if nothing_searched and d else "n/a"
             own = f"{d.card_verdict}: {d.card_verdict_detail}" if nothing_searched and d else "n/a"
-            lines.append(f"| `{o.card_id}` | {_fmt_us(base_t)} | n/a | n/a | n/a | "
+            lines.append(f"| `{o.card_id}` | {_fmt_us(base_t, o.baseline)} | n/a | n/a | n/a | "
                          f"{transition(o.report_card, o.baseline, report_device)} | n/a | {why} | {check} | {own} |")
             continue
         err = (o.tried.extra.get("correctness") or {}).get("max_rel")
         lines.append(
-            f"| `{o.card_id}` | {_fmt_us(d.before_us)} | {_fmt_us(d.after_us)} | {speedup_text(d)} | "
+            f"| `{o.card_id}` | {_fmt_us(d.before_us, o.baseline)} | {_fmt_us(d.after_us, o.tried)} | "
+            f"{speedup_text(d)} | "
             f"{verdict_text(d.timing_verdict, d.verdict_numbers)} | {d.class_transition} | "
             f"{'n/a' if err is None else f'{err:.2e}'} | {adoption_text(d)} | {d.verdict} | {d.card_verdict} |"
         )
@@ -213,8 +215,9 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
         drift = o.baseline.extra.get("baseline_drift") or []
         if drift:
             values = [d["median_us"] for d in drift]
+            low, high = min(values), max(values)
             lines.append(f"- `{o.card_id}` baseline re-timed {len(values)}x between trials (drift check): "
-                         f"{min(values):.1f} to {max(values):.1f} us per call")
+                         f"{fmt_noisy(low, high - low)} to {fmt_noisy(high, high - low)} us per call")
     # Left out of every card's search before any trial (Experiment.variant's needs), unlike a skip.
     lines += [f"- not drawn: {variant} ({why})" for variant, why in ctx.not_drawn.items()]
     lines += renamed_id_lines(ctx.report)  # a repeated id in the report: the later card read under another
@@ -230,7 +233,9 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
     return "\n".join(lines) + "\n"
 
 
-def _fmt_us(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f}"
+def _fmt_us(value: float | None, card: Card) -> str:
+    """A time to the digits its card's timing spread (interquartile range over median) allows."""
+    spread = (card.extra.get("timing") or {}).get("spread")
+    return fmt_noisy(value, value * spread if value is not None and isinstance(spread, (int, float)) else None)
 
 

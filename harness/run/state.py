@@ -13,6 +13,7 @@ from harness.cards.model import Card, Report
 from harness.cards.rules import RuleSet
 from harness.config.schema import HarnessConfig
 from harness.errors import HarnessError
+from harness.run.noise import NoiseVerdict, judge_noise
 from harness.run.progress import RunProgress
 from harness.run.worker import TrialWorker
 
@@ -78,6 +79,11 @@ class RunContext:
     # Variants of the space left out of the search because this device cannot run them, with why.
     not_drawn: dict[str, str] = field(default_factory=dict)
     progress: RunProgress | None = None  # trials done, time spent, ETA (shown; its costs go into run.json)
+    noise_probe: dict[str, Any] = field(default_factory=dict)  # the worker's A/A probe (harness.trial.noise_probe)
+
+    def noise(self, outcomes: list[CardOutcome]) -> NoiseVerdict:
+        """The run's noise verdict so far: the probe and the confirm rounds of `outcomes` (harness.run.noise)."""
+        return judge_noise(self.noise_probe, [o.confirmation for o in outcomes])
 
     def count_worker_starts(self) -> None:
         """The worker's starts since the last count into the phases: paid once per run, again per restart."""
