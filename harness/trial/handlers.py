@@ -112,7 +112,7 @@ def retime(server: Server, state: CardState, request: Retime) -> Retimed:
     from harness.trial.measure import time_callable
 
     t0 = time.perf_counter()
-    timing = time_callable(state.baseline.fn, state.workload.device, request.timing)
+    timing = time_callable(state.baseline.fn, state.workload.device, request.timing, state.workload.before_call)
     # Timing the baseline is measurement like a trial's: it is what the drift verdict stands on.
     return Retimed(TrialStatus.COMPLETE, per_call_us=per_call(timing.median_us, state.baseline.calls),
                    seconds={"timing_s": time.perf_counter() - t0})
@@ -154,7 +154,7 @@ def confirm(server: Server, state: CardState, request: Confirm) -> Confirmed:
     warmups = {}
     for key, side in sides.items():
         with torch_state.isolated(left):
-            warmups[key] = warm_up_until_stable(side.fn, state.workload.device)
+            warmups[key] = warm_up_until_stable(side.fn, state.workload.device, state.workload.before_call)
     settings = TimingSettings(warmup=1, min_repeats=3, budget_s=plan.budget_s,
                               cuda_graph=state.spec.timing.cuda_graph)
     cores = torch.get_num_threads() if state.workload.device == "cpu" else None  # what the rounds keep busy
@@ -162,7 +162,7 @@ def confirm(server: Server, state: CardState, request: Confirm) -> Confirmed:
     def time_side(key: str) -> SideTiming:
         before = snapshot()
         with torch_state.isolated(left):  # neither side's round runs under what the other left
-            last[key] = time_callable(sides[key].fn, state.workload.device, settings)
+            last[key] = time_callable(sides[key].fn, state.workload.device, settings, state.workload.before_call)
         return competition(last[key].samples_us, load_between(before, snapshot()), cores)
 
     paired = run_rounds(time_side, {key: side.calls for key, side in sides.items()}, plan.rounds,

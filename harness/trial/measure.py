@@ -96,10 +96,12 @@ def variant_facts(prepared: Prepared, workload: Workload, timing: TimingResult |
     return out
 
 
-def warm_up_until_stable(fn: Callable[[], Any], device: str) -> dict[str, Any]:
-    """Call `fn` until its timing is stable (harness.profile.timing.warm_up); what that took, as a dict."""
+def warm_up_until_stable(fn: Callable[[], Any], device: str,
+                         prepare: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """Call `fn` until its timing is stable (harness.profile.timing.warm_up); what that took, as a dict.
+    `prepare` (Workload.before_call) runs before each call, outside its clock."""
     sync = torch.cuda.synchronize if device.startswith("cuda") else None
-    return warm_up(fn, sync=sync).to_dict()
+    return warm_up(fn, sync=sync, prepare=prepare).to_dict()
 
 
 def time_callable(fn: Callable[[], Any], device: str, settings: TimingSettings,
