@@ -5,8 +5,9 @@ What can be applied model-wide is what an adopted variant carries (harness.trial
 dtype of its inputs): `model.to(memory_format=...)` and the inputs in that format, `model.to(dtype)` and
 the floating inputs in that dtype. A kernel, tile, algorithm or batching choice changes one op's
 implementation, not the model: it is listed as not applicable. The forward of the model as captured (A)
-and as changed (B) are then timed in ABBA rounds with the verdict rule of every confirm
-(harness.cards.noise.paired_verdict: FASTER / SLOWER / SAME / INCONCLUSIVE by the device's SAME band),
+and as changed (B) are then timed in ABBA rounds with the loop and the verdict rule of every confirm
+(harness.trial.paired_rounds, harness.cards.disturbance: FASTER / SLOWER / SAME / INCONCLUSIVE by the device's SAME
+band, each round read by its lower quartile, rounds interference touched on one side dropped and run again),
 beside the speedup the op cards predict (each adopted card's confirmed speedup weighted by its share of
 the forward; the rest unchanged), so a win that the model loses (a layout undone by a cat or a norm) shows.
 """
@@ -15,16 +16,19 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from harness.capture.factory import CaptureError, LoadedModel
+from harness.cards.disturbance import MORE_ROUNDS_CAP, robust_verdict, round_record
 from harness.cards.model import Report
-from harness.cards.noise import paired_verdict
 from harness.config.schema import SameBandConfig
+from harness.hardware.cpu_load import load_between, snapshot
 from harness.profile.timing import time_cpu
+from harness.trial.paired_rounds import PairedRounds, SideTiming, competition, run_rounds
 from harness.trial.rounds import RoundError, applied_of
 from harness.workloads.base import parse_dtype
 
@@ -116,10 +120,11 @@ def output_change(before: LoadedModel, after: LoadedModel) -> float | None:
     return float((b64 - a64).abs().max()) / scale
 
 
-def timed_rounds(before: LoadedModel, after: LoadedModel, rounds: int, budget_s: float,
-                 cuda: bool) -> tuple[list[float], list[float]]:
-    """ABBA rounds of the two forwards: each side's median per round, in microseconds."""
-    def timer(side: LoadedModel) -> Any:
+def timed_rounds(before: LoadedModel, after: LoadedModel, rounds: int, budget_s: float, cuda: bool,
+                 band: float) -> PairedRounds:
+    """ABBA rounds of the two forwards, more while undecided, each with the competition measured (the confirm
+    rounds' loop, harness.trial.paired_rounds): "base" the model as captured, "best" as changed."""
+    def timed(side: LoadedModel) -> Any:
         def call() -> Any:
             with torch.no_grad():
                 return side.model(*side.inputs)
@@ -127,17 +132,18 @@ def timed_rounds(before: LoadedModel, after: LoadedModel, rounds: int, budget_s:
         if cuda:
             from harness.profile.cuda_timing import time_cuda
 
-            return lambda: time_cuda(call, warmup=1, min_repeats=3, budget_s=budget_s).median_us
-        return lambda: time_cpu(call, warmup=1, min_repeats=3, budget_s=budget_s).median_us
+            return lambda: time_cuda(call, warmup=1, min_repeats=3, budget_s=budget_s).samples_us
+        return lambda: time_cpu(call, warmup=1, min_repeats=3, budget_s=budget_s).samples_us
 
-    a, b = timer(before), timer(after)
-    before_us: list[float] = []
-    after_us: list[float] = []
-    for index in range(rounds):
-        order = ((a, before_us), (b, after_us)) if index % 2 == 0 else ((b, after_us), (a, before_us))
-        for time_side, into in order:
-            into.append(float(time_side()))
-    return before_us, after_us
+    sides = {"base": timed(before), "best": timed(after)}
+    cores = None if cuda else torch.get_num_threads()
+
+    def time_side(key: str) -> SideTiming:
+        started = snapshot()
+        samples = sides[key]()
+        return competition(samples, load_between(started, snapshot()), cores)
+
+    return run_rounds(time_side, {"base": 1, "best": 1}, rounds, MORE_ROUNDS_CAP * rounds, band)
 
 
 def _why_nothing(best: Report, change: ModelChange) -> str:
@@ -162,14 +168,15 @@ def apply_best(loaded: LoadedModel, best: Report, rounds: int, budget_s: float, 
     result["max_rel_output_change"] = output_change(loaded, after)
     if rounds < 2:
         raise CaptureError(f"--rounds {rounds}: a verdict needs at least 2 paired rounds")
-    before_us, after_us = timed_rounds(loaded, after, rounds, budget_s, cuda)
     bands = SameBandConfig()
     band = bands.cuda if cuda else bands.cpu
-    verdict = paired_verdict(before_us, after_us, band)
-    result.update(verdict=verdict.verdict, speedup=verdict.speedup, ci=list(verdict.ci), band=band,
-                  rule=verdict.describe(), before_us=before_us, after_us=after_us,
-                  forward_before_us=sorted(before_us)[len(before_us) // 2],
-                  forward_after_us=sorted(after_us)[len(after_us) // 2])
-    if result["predicted_speedup"] is not None and math.isfinite(result["predicted_speedup"]):
-        result["predicted_vs_measured"] = result["predicted_speedup"] / verdict.speedup
+    paired = timed_rounds(loaded, after, rounds, budget_s, cuda, band)
+    verdict = robust_verdict(paired.rounds["base"], paired.rounds["best"], band)
+    before, after_rounds = round_record(paired.rounds["base"]), round_record(paired.rounds["best"])
+    result.update(verdict.as_dict(), band=band, before_rounds=before, after_rounds=after_rounds,
+                  forward_before_us=statistics.median(before["low_us"]),
+                  forward_after_us=statistics.median(after_rounds["low_us"]))
+    if (result["predicted_speedup"] is not None and math.isfinite(result["predicted_speedup"])
+            and verdict.paired is not None):
+        result["predicted_vs_measured"] = result["predicted_speedup"] / verdict.paired.speedup
     return result
