@@ -3,7 +3,10 @@
 Exit status: 0 done; 2 bad input (one `error: ...` line on stderr, nothing measured); 130 stopped by
 SIGINT (Ctrl-C), 143 by SIGTERM (140 by submitit's SIGUSR2 in a cluster job): all stop the same way,
 with one line saying where the outputs are and the command that resumes the run
-(`search.resume=true hydra.run.dir=<the same folder>`). See docs/scale-out.md.
+(`search.resume=true hydra.run.dir=<the same folder>`). See docs/scale-out.md. A signal is only recorded
+where it lands (harness.signals); the run stops at its next checkpoint: start-up's, the wait for the
+worker's reply, between trials, between cards, around the outputs. One that arrives once the outputs are
+written still makes the exit status 128 + the signal.
 """
 
 from __future__ import annotations
@@ -11,30 +14,25 @@ from __future__ import annotations
 import signal
 import sys
 
+from harness import signals
+
 
 def _not_started(signum: int) -> str:
-    return f"interrupted ({signal.Signals(signum).name}) before the run started: nothing was measured"
+    return f"interrupted ({signals.name(signum)}) before the run started: nothing was measured"
 
 
 if __name__ == "__main__":
-
-    def _stopped_while_starting(signum: int, frame: object) -> None:
-        """Ctrl-C or SIGTERM before main() installs the run's handlers: one line, not an import's traceback."""
-        print(_not_started(signum), file=sys.stderr)
-        sys.exit(128 + signum)
-
-    for _stop in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(_stop, _stopped_while_starting)
+    signals.install()  # from here on a stop signal is recorded, and start-up stops at its next check
     from harness.run.worker import spawn_ahead
 
+    signals.exit_if_pending(_not_started)
     spawn_ahead(sys.argv[1:])  # the worker child imports torch while this process imports Hydra and Optuna below
 
 import logging
 import os
 import shlex
-import threading
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -46,15 +44,13 @@ from harness.config.validate import ConfigError, check_creatable, compose_checke
 from harness.config.validate import hydra_error_line as _one_line
 from harness.errors import HarnessError
 from harness.run.provenance import check_run_dir, claim_run_dir, resumable
-from harness.run.worker import worker_for
-from harness.search import make_storage, note_interrupt, safe_to_interrupt
+from harness.run.worker import close_worker, worker_for
+from harness.search import make_storage
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 EXIT_BAD_INPUT = 2
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # exit status 128 + the signal: 130, 143
 log = logging.getLogger("harness")
-_received: list[int] = []  # the signal that asked this process to stop
-_redelivery: list[int] = []  # a deferred signal this process sent itself again, pending
+_finished_in: list[Path] = []  # the folder of the run this process finished, for a signal after its last file
 
 
 def _fail(message: str) -> NoReturn:
@@ -62,42 +58,20 @@ def _fail(message: str) -> NoReturn:
     sys.exit(EXIT_BAD_INPUT)
 
 
-def _on_signal(signum: int, frame: Any) -> None:
-    """SIGINT and SIGTERM stop the run alike: KeyboardInterrupt, so every layer cleans up as for Ctrl-C.
-
-    Raised only where that is safe for the studies (`safe_to_interrupt`: not inside a storage write
-    or Optuna's bookkeeping of a trial); elsewhere the signal is delivered again 50 ms later. A
-    second signal from outside while stopping ends the process at once.
-    """
-    if _received and not _redelivery:
-        os._exit(128 + signum)
-    if not _received:
-        _received.append(signum)
-        note_interrupt(signal.Signals(signum).name)
-    _redelivery.clear()
-    if not safe_to_interrupt(frame):
-        _redelivery.append(signum)
-        timer = threading.Timer(0.05, os.kill, (os.getpid(), signum))
-        timer.daemon = True
-        timer.start()
-        return
-    raise KeyboardInterrupt
-
-
 def install_signal_handlers() -> None:
     """SIGINT and SIGTERM; in a job of Hydra's submitit launcher also submitit's time-limit signal.
 
     submitit ignores SIGTERM in its jobs and, on its signal (USR2 unless SUBMITIT_PREEMPT_SIGNAL says
     otherwise; SLURM sends it `signal_delay_s` before the time limit), raises wherever the job is.
-    Here all of them stop the run at a safe point, the trial in flight back in the queue.
+    Here all of them are recorded (harness.signals) and stop the run at its next checkpoint, the trial
+    in flight back in the queue.
     """
-    signals = list(STOP_SIGNALS)
+    stops = list(signals.STOP_SIGNALS)
     if "submitit" in sys.modules:
         name = "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")
         if hasattr(signal, name):
-            signals.append(getattr(signal, name))
-    for signum in signals:
-        signal.signal(signum, _on_signal)
+            stops.append(getattr(signal, name))
+    signals.install(tuple(stops))
 
 
 def _stopped(run_dir: Path | None, stop: BaseException | None = None) -> NoReturn:
@@ -106,8 +80,8 @@ def _stopped(run_dir: Path | None, stop: BaseException | None = None) -> NoRetur
     A folder whose run never started (no run identity recorded: stopped during set-up) holds nothing
     to resume: the line says so, and the run is started again rather than resumed.
     """
-    signum = _received[0] if _received else signal.SIGINT
-    name = signal.Signals(signum).name
+    signum = signals.pending() or signal.SIGINT
+    name = signals.name(signum)
     if run_dir is None or not resumable(run_dir):
         print(_not_started(signum), file=sys.stderr)
     else:
@@ -149,6 +123,7 @@ def app(cfg: DictConfig) -> float | None:
     from harness.run.execute import execute
     from harness.run.state import reference_folder
 
+    signals.exit_if_pending(_not_started)  # Hydra set the run up in its folder: nothing of the run's yet
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     config = typed(cfg)  # the one conversion: every part of the run reads the typed config
     if config.experiment is None:  # experiment=auto
@@ -165,6 +140,7 @@ def app(cfg: DictConfig) -> float | None:
         made = ("plan.json, plan.md; nothing measured" if config.auto.plan_only
                 else "summary.md, and one sub-run folder per experiment")
         print(f"outputs: {run_dir}  ({made})")
+        _ended(run_dir)
         return None
     try:
         ctx, outcomes = execute(config, run_dir)
@@ -190,7 +166,15 @@ def app(cfg: DictConfig) -> float | None:
             before, after = card_time_us(o.baseline), card_time_us(o.best)
             assert before is not None and after is not None  # measured cards: each has its timing median
             speedups.append(before / after)
+    _ended(run_dir)
     return min(speedups) if speedups else None
+
+
+def _ended(run_dir: Path) -> None:
+    """Every output of the run is written: a signal received since stopped nothing, but still sets the exit
+    status (128 + the signal), so that no interrupted process exits 0."""
+    _finished_in.append(run_dir)
+    signals.exit_if_pending(_after_the_run)
 
 
 def _searchpath_overrides(args: list[str]) -> list[str]:
@@ -258,8 +242,8 @@ def preflight(args: list[str]) -> None:
     worker_for(checked).spawn()
 
 
-def main() -> None:
-    args = sys.argv[1:]
+def _check_experiment(args: list[str]) -> None:
+    """An `experiment=NAME` that names no experiment config: one `error:` line listing those there are."""
     for arg in args:
         key, _, value = arg.partition("=")
         if key.lstrip("+~") == "experiment" and value and "," not in value:
@@ -270,15 +254,33 @@ def main() -> None:
             if value not in experiments:
                 _fail(f"unknown experiment {value!r}; choose one of: {', '.join(experiments)} "
                       "(a config folder of your own joins with hydra.searchpath=[file://DIR])")
+
+
+def _after_the_run(signum: int) -> str:
+    if not _finished_in:  # a Hydra option (--cfg, --help): no run
+        return f"interrupted ({signals.name(signum)}) as the command ended"
+    return f"interrupted ({signals.name(signum)}) after the run finished: every output is in {_finished_in[-1]}"
+
+
+def main() -> None:
+    args = sys.argv[1:]
     install_signal_handlers()
     try:
+        signals.check()
+        _check_experiment(args)
+        signals.check()
         preflight(args)
+        signals.check()
         app()
-    except KeyboardInterrupt:  # before the app's own handler (Hydra still starting)
+    except KeyboardInterrupt:  # a stop before the app's own checks (start-up, Hydra still starting)
         _stopped(None)
     except SystemExit as exc:
         # Hydra reports its own config errors (bad override, unknown key) and exits 1: make it 2.
-        sys.exit(EXIT_BAD_INPUT if exc.code == 1 else exc.code)
+        if exc.code not in (0, None):
+            sys.exit(EXIT_BAD_INPUT if exc.code == 1 else exc.code)
+    close_worker()  # it may take seconds (the worker is let go): before the last word on the exit status
+    signals.finish()  # from here on a signal ends the process by that signal; before, it was recorded
+    signals.exit_if_pending(_after_the_run)
 
 
 if __name__ == "__main__":

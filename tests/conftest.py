@@ -34,3 +34,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def seed_report() -> Report:
     return load_report()
+
+
+@pytest.fixture
+def stop_signals():
+    """harness.signals' handlers for one test, as `python -m harness` installs them; the test process's own after."""
+    import signal
+
+    from harness import signals
+
+    saved = {signum: signal.getsignal(signum) for signum in signals.STOP_SIGNALS}
+    signals.install()
+    try:
+        yield signals
+    finally:
+        signals.finish()
+        signals.reset()
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)

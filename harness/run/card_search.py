@@ -36,16 +36,21 @@ from harness.config.schema import experiment_of
 from harness.run.state import CardOutcome, RunContext, RunError, reference_folder, same_band
 from harness.run.worker import CardSession, TrialFailed, WorkerError, quiet_trial_failures
 from harness.search import (
+    REPEAT_KEY,
     SearchPlan,
+    answer_repeat,
     best_feasible,
     budget_trials,
     drawable,
     open_study,
     plan_search,
     remaining_trials,
+    stop_when_asked,
     study_name,
     suggest,
+    tally,
 )
+from harness.signals import check
 
 log = logging.getLogger("harness")
 
@@ -77,6 +82,7 @@ def run_card(ctx: RunContext, card: Card, report_path: str | None) -> CardOutcom
     study, plan = _search(ctx, session, card, label, space, base_card.extra.setdefault("baseline_drift", []))
     save_report(Report(cards=[base_card]), trials_dir / "baseline.json")
     _tally(outcome, study)
+    outcome.search = tally(study, plan)
     best = best_feasible(study)
     if best is not None:
         _confirm_best(ctx, session, outcome, best, label)
@@ -184,6 +190,8 @@ def _search(ctx: RunContext, session: CardSession, card: Card, label: TrialLabel
     def objective(trial: optuna.Trial) -> float:
         variant, params = suggest(trial, space)
         trial.set_user_attr("variant", variant)
+        if (earlier := answer_repeat(trial, plan.sampler)) is not None:
+            return _repeated(earlier)  # proposed again: answered from the earlier trial, not measured
         trial_label = replace(label, experiment=experiment.name, variant=variant, params=params, role="trial",
                               trial=trial.number)
         path = trials_dir / f"trial_{trial.number:04d}_{variant}.json"
@@ -211,11 +219,29 @@ def _search(ctx: RunContext, session: CardSession, card: Card, label: TrialLabel
     if shown is not None:
         shown.trials_left(plan.n_trials, todo)
     if todo:
-        done = [] if shown is None else [lambda s, t: shown.trial_done(f"{card.id} [{plan.sampler_name}]")]
-        study.optimize(objective, n_trials=todo, timeout=ctx.cfg.search.timeout, catch=(Exception,), callbacks=done)
+        def shown_done(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+            if shown is not None and REPEAT_KEY not in trial.system_attrs:  # a repeat took no time
+                shown.trial_done(f"{card.id} [{plan.sampler_name}]")
+
+        # The queue ends the loop (SharedBudgetSampler); a repeat may put one trial back in it, at most
+        # n_trials per study (harness.search.repeats), so this bound is never what stops it.
+        study.optimize(objective, n_trials=todo + plan.n_trials, timeout=ctx.cfg.search.timeout, catch=(Exception,),
+                       callbacks=[stop_when_asked, shown_done])
+        check()  # a stop signal received during the last trial's bookkeeping
         if no_worker:
             raise RunError(f"card {card.id}: {no_worker[0]}")
     return study, plan
+
+
+def _repeated(earlier: optuna.trial.FrozenTrial) -> float:
+    """A repeat's answer, as its earlier trial ended: that trial's value, pruning or failure."""
+    reason = str(earlier.user_attrs.get("reason", ""))
+    if earlier.state == optuna.trial.TrialState.PRUNED:
+        raise optuna.TrialPruned(reason)
+    if earlier.state == optuna.trial.TrialState.FAIL:
+        raise TrialFailed(reason)
+    assert earlier.value is not None  # a completed trial has its value
+    return earlier.value
 
 
 def _record(trial: optuna.Trial, reply: Measured) -> None:

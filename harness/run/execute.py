@@ -46,6 +46,7 @@ from harness.search import (
     study_name,
     validate_space,
 )
+from harness.signals import check
 
 log = logging.getLogger("harness")
 
@@ -213,12 +214,13 @@ def _run_cards(ctx: RunContext, cards: list[Card]) -> list[CardOutcome]:
     outcomes: list[CardOutcome] = []
     try:
         for card in cards:
+            check()  # a stop signal received since the last card (harness.signals): the finished cards' page
             earlier = earlier_drift(ctx.run_dir, card.id)  # a resumed card keeps the stopped run's drift checks
             outcomes.append(keep_drift(run_card(ctx, card, ctx.cfg.report), earlier, ctx.run_dir))
             write_outputs(ctx, outcomes)
             if ctx.progress is not None:
                 ctx.progress.card_done(card.id)
-    except KeyboardInterrupt as stop:  # SIGINT/SIGTERM: how far the run got, for run.json and the banners
+    except KeyboardInterrupt as stop:  # a stop signal's Stopped: how far the run got, for run.json and the banners
         note_progress(stop, ctx, outcomes, [c.id for c in cards])
         if outcomes:
             write_page(ctx.run_dir)

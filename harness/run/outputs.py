@@ -212,6 +212,8 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
                                ("failed", o.failed)):
             for key, why in entries.items():
                 lines.append(f"- `{o.card_id}` {key}: {title}: {why}")
+        if o.search is not None:
+            lines.append(f"- `{o.card_id}` {o.search.describe()}")
         drift = o.baseline.extra.get("baseline_drift") or []
         if drift:
             values = [d["median_us"] for d in drift]

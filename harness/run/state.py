@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.boundary.replies import ExperimentFacts
 from harness.boundary.spec import TimingSettings
@@ -16,6 +16,9 @@ from harness.errors import HarnessError
 from harness.run.noise import NoiseVerdict, judge_noise
 from harness.run.progress import RunProgress
 from harness.run.worker import TrialWorker
+
+if TYPE_CHECKING:
+    from harness.search import SearchTally
 
 
 class RunError(HarnessError):
@@ -42,6 +45,7 @@ class CardOutcome:
     infeasible: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     n_trials: int = 0
+    search: SearchTally | None = None  # distinct configurations tried of those drawable, repeats answered
 
     @property
     def adopted(self) -> bool:

@@ -69,6 +69,7 @@ from harness.boundary.requests import Confirm, ConfirmPlan, Measure, R, Request,
 from harness.boundary.spec import CardSpec, TimingSettings
 from harness.cards.measured import TrialLabel
 from harness.errors import HarnessError
+from harness.signals import check, drain, wakeup_fd
 
 if TYPE_CHECKING:  # annotations only: the worker child imports this package, and needs no Hydra
     from harness.config.schema import HarnessConfig
@@ -254,8 +255,10 @@ class TrialWorker:
     def request(self, request: Request[R], deadline_s: float | None) -> R:
         """Send one request and wait for its reply; a crash or a missed deadline is a reply too.
 
-        Raises WorkerError only when no child can be started; KeyboardInterrupt kills the child.
+        Raises WorkerError only when no child can be started. A stop signal (harness.signals) is acted on here,
+        before the request is sent and while its reply is awaited: `Stopped` kills the child.
         """
+        check()
         if self._proc is None or self._proc.poll() is not None:
             if self._proc is not None:
                 self.kill()
@@ -296,11 +299,18 @@ class TrialWorker:
         return cast(R, request.reply(TrialStatus.CRASHED, reason=reason))
 
     def _read_line(self, until: float | None) -> bytes | None:
-        """The next line from the child; None at end of file, child exit or `until` (monotonic)."""
+        """The next line from the child; None at end of file, child exit or `until` (monotonic).
+
+        A stop signal wakes the wait (harness.signals' wakeup descriptor) and raises `Stopped` here."""
         assert self._recv is not None and self._proc is not None
         while b"\n" not in self._buffer:
+            check()
             wait = 1.0 if until is None else max(0.0, min(1.0, until - time.monotonic()))
-            ready, _, _ = select.select([self._recv], [], [], wait)
+            woken = wakeup_fd()
+            ready, _, _ = select.select([self._recv] if woken is None else [self._recv, woken], [], [], wait)
+            if woken is not None and woken in ready:
+                drain()
+                continue
             if ready:
                 chunk = os.read(self._recv, 1 << 16)
                 if not chunk:

@@ -1,13 +1,15 @@
 """Optuna around an experiment's variant space: one study per (experiment, card), shareable by processes.
 
-One idea per module: `space` (the conditional variant space and its enumeration), `interrupt`
-(stopping a process without leaving a study inconsistent), `storage` (storages with a heartbeat,
-recovery of dead trials) and `study` (the study whose trial budget processes share); `errors` holds
-the SearchError they all raise. Their public names are re-exported here.
+One idea per module: `space` (the conditional variant space and its enumeration), `storage` (storages
+with a heartbeat, recovery of dead trials), `study` (the study whose trial budget processes share) and
+`repeats` (a configuration proposed again, answered from the earlier trial); `errors` holds the
+SearchError they all raise. Their public names are re-exported here. A stop signal is acted on between
+trials and inside the objective only (harness.signals), never inside a storage write or Optuna's
+bookkeeping, so no study is left half-written.
 """
 
 from harness.search.errors import SearchError
-from harness.search.interrupt import interrupted, note_interrupt, safe_to_interrupt
+from harness.search.repeats import SearchTally, answer_repeat, earlier_trial, tally
 from harness.search.space import Space, configurations, discrete_size, drawable, suggest, validate_space
 from harness.search.storage import (
     HEARTBEAT_KEY,
@@ -28,6 +30,7 @@ from harness.search.storage import (
 from harness.search.study import (
     BUDGET_ATTR,
     INTERRUPTED_KEY,
+    REPEAT_KEY,
     SURPLUS_KEY,
     SearchPlan,
     SharedBudgetSampler,
@@ -39,6 +42,7 @@ from harness.search.study import (
     open_study,
     plan_search,
     remaining_trials,
+    stop_when_asked,
     study_name,
 )
 
@@ -50,15 +54,18 @@ __all__ = [
     "JOURNAL_SUFFIX",
     "OWNER_KEY",
     "RDB_BACKENDS",
+    "REPEAT_KEY",
     "RUN_DATABASE",
     "RUN_JOURNAL",
     "SURPLUS_KEY",
     "RetryStale",
     "SearchError",
     "SearchPlan",
+    "SearchTally",
     "SharedBudgetSampler",
     "Space",
     "StorageSettings",
+    "answer_repeat",
     "best_feasible",
     "budget_trials",
     "check_new_studies",
@@ -68,17 +75,17 @@ __all__ = [
     "describe_url",
     "discrete_size",
     "drawable",
+    "earlier_trial",
     "fill_queue",
-    "interrupted",
     "journal_path",
     "make_storage",
-    "note_interrupt",
     "open_study",
     "plan_search",
     "recover_trials",
     "remaining_trials",
-    "safe_to_interrupt",
+    "stop_when_asked",
     "study_name",
+    "tally",
     "suggest",
     "validate_space",
 ]

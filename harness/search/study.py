@@ -28,9 +28,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from harness.boundary.outcomes import TrialStatus
 from harness.search.errors import SearchError
-from harness.search.interrupt import interrupted
 from harness.search.space import Space, configurations, discrete_size
 from harness.search.storage import OWNER_KEY, RetryStale, describe_url, make_storage, recover_trials
+from harness.signals import check, pending, stopping
 
 if TYPE_CHECKING:  # annotations only: the page (harness.report) opens storages without Hydra's schema
     from harness.config.schema import SearchConfig
@@ -38,11 +38,12 @@ if TYPE_CHECKING:  # annotations only: the page (harness.report) opens storages 
 # Trial system attributes written by the harness.
 INTERRUPTED_KEY = "harness:interrupted"  # the signal that stopped the process while this trial ran
 SURPLUS_KEY = "harness:surplus"          # created past the queue by a race; not measured, not counted
+REPEAT_KEY = "harness:repeat_of"         # proposed an earlier trial's configuration: answered from it (repeats.py)
 # Study user attribute: the n_trials the queue was filled to (absent while the creator is filling it).
 BUDGET_ATTR = "budget_n_trials"
 
 
-def _trial_seed(seed: int | None, number: int) -> int | None:
+def trial_seed(seed: int | None, number: int) -> int | None:
     return None if seed is None else (int(seed) * 1_000_003 + number) % (2**32)
 
 
@@ -55,6 +56,14 @@ def _stop(study: optuna.Study) -> None:
         study.stop()
     except RuntimeError:  # outside study.optimize (ask/tell): nothing to stop
         pass
+
+
+def stop_when_asked(study: optuna.Study, trial: FrozenTrial) -> None:
+    """An optimize callback: no next trial once a stop signal is pending (harness.signals), so a signal that
+    landed in Optuna's bookkeeping of a trial stops the search after it; `check()` once optimize returns
+    raises the stop."""
+    if pending() is not None:
+        _stop(study)
 
 
 class SharedBudgetSampler(optuna.samplers.BaseSampler):
@@ -103,7 +112,7 @@ class SharedBudgetSampler(optuna.samplers.BaseSampler):
         return self.inner.sample_independent(study, trial, param_name, param_distribution)
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.inner = self._new_inner(_trial_seed(self.seed, trial.number))
+        self.inner = self._new_inner(trial_seed(self.seed, trial.number))
         study._storage.set_trial_system_attr(trial._trial_id, OWNER_KEY,
                                              {"host": socket.gethostname(), "pid": os.getpid()})
         if not _from_queue(trial) and BUDGET_ATTR in study.user_attrs:
@@ -117,14 +126,14 @@ class SharedBudgetSampler(optuna.samplers.BaseSampler):
                     values: Any) -> None:
         if trial._trial_id in self._surplus:
             return
-        if state == TrialState.FAIL and interrupted():
-            # Optuna files a trial the signal stopped as FAIL whatever we do; it is marked as interrupted,
-            # with that reason (no failure of the variant), and its re-queued copy replaces it in the
-            # budget (`budget_trials`), so a stopped and resumed search counts each configuration once.
+        if state == TrialState.FAIL and (stopped := stopping()):
+            # Optuna files a trial the stop (harness.signals.Stopped) ended as FAIL whatever we do; it is marked
+            # as interrupted, with that reason (no failure of the variant), and its re-queued copy replaces it
+            # in the budget (`budget_trials`), so a stopped and resumed search counts each configuration once.
             storage = study._storage
-            storage.set_trial_system_attr(trial._trial_id, INTERRUPTED_KEY, interrupted())
+            storage.set_trial_system_attr(trial._trial_id, INTERRUPTED_KEY, stopped)
             storage.set_trial_user_attr(trial._trial_id, "status", TrialStatus.INTERRUPTED.value)
-            storage.set_trial_user_attr(trial._trial_id, "reason", f"interrupted ({interrupted()}): not a failure; "
+            storage.set_trial_user_attr(trial._trial_id, "reason", f"interrupted ({stopped}): not a failure; "
                                         "the trial went back in the queue and runs again on resume")
             RetryStale(None)(study, storage.get_trial(trial._trial_id), interrupted=True)
         self.inner.after_trial(study, trial, state, values)
@@ -134,22 +143,24 @@ class SharedBudgetSampler(optuna.samplers.BaseSampler):
 
 @dataclass(frozen=True)
 class SearchPlan:
-    sampler: optuna.samplers.BaseSampler
+    sampler: SharedBudgetSampler
     sampler_name: str
     n_trials: int
 
 
 def plan_search(space: Space, search: SearchConfig) -> SearchPlan:
     """The sampler and budget of one card's study (`search.sampler` auto: exhaustive for a discrete space of
-    at most `search.exhaustive_max` configurations, whose size then caps `search.n_trials`; TPE otherwise)."""
+    at most `search.exhaustive_max` configurations; TPE otherwise). A discrete space's size caps
+    `search.n_trials` whatever the sampler: no configuration is measured twice (harness.search.repeats), so
+    a search of a discrete space ends when every configuration was tried."""
     n_trials = search.n_trials
     size = discrete_size(space)
     choice = search.sampler
     if choice == "auto":
         choice = "bruteforce" if size is not None and size <= search.exhaustive_max else "tpe"
-    if choice == "bruteforce":
-        if size is None:
-            raise SearchError("search.sampler=bruteforce needs a discrete space (ranges with a step)")
+    if choice == "bruteforce" and size is None:
+        raise SearchError("search.sampler=bruteforce needs a discrete space (ranges with a step)")
+    if size is not None:
         n_trials = min(n_trials, size)
     sampler = SharedBudgetSampler(choice, search.seed, space, n_trials, exhaustive=choice == "bruteforce")
     return SearchPlan(sampler, choice, n_trials)
@@ -192,12 +203,19 @@ def open_study(name: str, storage: str | BaseStorage, sampler: optuna.samplers.B
 
 
 def budget_trials(trials: list[FrozenTrial]) -> list[FrozenTrial]:
-    """The trials that count against n_trials: all but surplus ones and failed ones since retried."""
-    retried = {n for t in trials for n in t.system_attrs.get("retry_history", [])}
-    return [t for t in trials if not t.system_attrs.get(SURPLUS_KEY) and t.number not in retried]
+    """The trials that count against n_trials: all but surplus ones, failed ones since retried and repeats
+    (answered from an earlier trial, not measured)."""
+    again = requeued(trials)
+    return [t for t in trials if not t.system_attrs.get(SURPLUS_KEY) and REPEAT_KEY not in t.system_attrs
+            and t.number not in again]
 
 
-def _config_key(params: Mapping[str, Any]) -> str:
+def requeued(trials: list[FrozenTrial]) -> set[int]:
+    """The numbers of the failed trials that went back in the queue (interrupted, or their process died)."""
+    return {n for t in trials for n in t.system_attrs.get("retry_history", [])}
+
+
+def config_key(params: Mapping[str, Any]) -> str:
     return json.dumps(sorted(params.items()), default=str)
 
 
@@ -214,6 +232,7 @@ def fill_queue(study: optuna.Study, sampler: SharedBudgetSampler, created: bool,
         deadline = time.monotonic() + wait_s
         while BUDGET_ATTR not in study.user_attrs and time.monotonic() < deadline and all(
                 t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False)):
+            check()  # a stop signal (harness.signals) ends the wait
             time.sleep(0.2)
         if BUDGET_ATTR in study.user_attrs and int(study.user_attrs[BUDGET_ATTR]) >= sampler.n_trials:
             return 0
@@ -222,8 +241,8 @@ def fill_queue(study: optuna.Study, sampler: SharedBudgetSampler, created: bool,
     queued = 0
     if deficit > 0:
         if sampler.exhaustive:
-            taken = {_config_key(t.system_attrs.get("fixed_params") or t.params) for t in budget}
-            todo = [c for c in configurations(sampler.space) if _config_key(c) not in taken]
+            taken = {config_key(t.system_attrs.get("fixed_params") or t.params) for t in budget}
+            todo = [c for c in configurations(sampler.space) if config_key(c) not in taken]
             random.Random(sampler.seed).shuffle(todo)
             todo = todo[:deficit]
         else:
@@ -236,11 +255,14 @@ def fill_queue(study: optuna.Study, sampler: SharedBudgetSampler, created: bool,
 
 
 def completed(study: optuna.Study) -> list[FrozenTrial]:
-    return [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    """The completed trials that measured (a repeat has its earlier trial's value, not a measurement)."""
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if REPEAT_KEY not in t.system_attrs]
 
 
 def best_feasible(study: optuna.Study) -> FrozenTrial | None:
-    """Only completed trials count: infeasible and skipped ones are pruned, failed ones failed."""
+    """Only completed trials count: infeasible and skipped ones are pruned, failed ones failed; a repeat is
+    its earlier trial's, which counts instead (confirmed once)."""
     done = completed(study)
     return min(done, key=_completed_value) if done else None
 
@@ -251,9 +273,12 @@ def _completed_value(trial: FrozenTrial) -> float:
 
 
 def remaining_trials(study: optuna.Study, n_trials: int) -> int:
-    """How many trials of the study's n_trials no process has started yet (the queue, normally)."""
-    started = [t for t in budget_trials(study.get_trials(deepcopy=False)) if t.state != TrialState.WAITING]
-    return max(n_trials - len(started), 0)
+    """How many trials of the study's n_trials no process has started yet: its queue, which no trial outside of
+    runs (a surplus one stops), so a repeat that left no configuration to put back in it shortens it."""
+    trials = study.get_trials(deepcopy=False)
+    started = [t for t in budget_trials(trials) if t.state != TrialState.WAITING]
+    waiting = [t for t in trials if t.state == TrialState.WAITING]
+    return max(min(n_trials - len(started), len(waiting)), 0)
 
 
 def study_name(experiment: str, card_id: str) -> str:
