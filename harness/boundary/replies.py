@@ -223,6 +223,8 @@ class Described(Reply):
     cast_frames: dict[str, int] = field(default_factory=dict)  # cast card id -> frames its report pair tells
     unavailable: dict[str, str] = field(default_factory=dict)  # the report's op kinds this install cannot build
     noise_probe: dict[str, Any] = field(default_factory=dict)  # harness.trial.noise_probe's figures, when asked
+    peaks: dict[str, Any] | None = None  # the device's peaks, when asked (harness.cards.peaks reads the layout)
+    plans: dict[str, dict[str, Any]] = field(default_factory=dict)  # card id -> {shape} or {error}, when asked
 
     def experiment(self, label: str) -> ExperimentFacts:
         """The facts of one described experiment; ExperimentError (its one line) when it could not be loaded."""

@@ -46,6 +46,9 @@ class Describe(Request[Described]):
     profiler: dict[str, Any] | None = None  # the profiler section (its metric set): resolved for the device
     report: dict[str, Any] | None = None  # a normalized report (Report.to_dict()): what the workloads derive
     noise_probe_s: float | None = None  # with a device: the A/A probe of the machine's noise, this long
+    peaks: bool = False  # with a device: its peaks (a CPU's measured and cached), for the run's predictions
+    # card id -> {op_kind, shape_parameters, dtype, scale, resolution}: the shape each card's op runs at that scale
+    plans: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,11 +5,12 @@ measured on the machine itself, with the thread count torch will use, rather tha
 datasheet:
 
 - FLOP/s per dtype (float32, bfloat16, float16 where torch supports it): `torch.mm` of square
-  matrices of n = 256, 512 and 1024 (all compute bound: n/6 FLOP per byte in fp32), taken in
-  turns within the dtype's share of the time budget; the peak is the best 2*n**3 / time of any
-  single product (a slow, emulated dtype stops at the size whose first product is too slow).
-  On a shared machine the rate swings from moment to moment; a kernel that catches a better
-  moment can therefore show an sm_pct somewhat above 100.
+  matrices from n = 256 up, doubling while the next size's product (8x the work) fits a quarter of
+  the dtype's share of the time budget, up to 4096 (harness.profile.cpu_peak_tries): n <= 1024
+  alone stopped short of the peak, and a conv3d then ran at 116% of the "peak". The sizes are
+  taken in turns within the dtype's share of the budget, in three consecutive tries; the peak is
+  the best 2*n**3 / time of any single product, and each try's own best is kept (`tries`: the
+  spread a prediction's interval states).
 - Memory bandwidth: `dst.copy_(src)` of a byte buffer of max(4 x last-level cache, 128 MiB)
   (at most 1 GiB); bytes = read + written (2 x buffer, the STREAM convention: write-allocate
   traffic is not counted), peak = bytes / the fastest repeat. With few cores this is the bandwidth
@@ -19,12 +20,15 @@ Cache: `$HARNESS_CACHE_DIR` or `~/.cache/harness/`, one file per key (CPU model 
 core count, torch version, torch.get_num_threads()). A cache file that cannot be read or does not
 hold valid peaks for this key is re-measured with a warning; a cache that cannot be written is
 warned about; neither is fatal. A measurement taken while other processes held the cores (see
-`CpuPeaks.cpu_share`) is used but not cached.
+`CpuPeaks.cpu_share`: judged by the float32 product, which uses every thread on every CPU) is measured
+once more, the best of both kept, and cached only if the second was undisturbed; else it is used but not
+cached, so that a later process measures again. Caches of an earlier schema (n <= 1024, judged by the best
+share of any measurement, so a float32 product slowed by another job could hide behind an undisturbed copy)
+are measured again.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import functools
 import hashlib
 import json
@@ -33,17 +37,16 @@ import os
 import platform
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, TypeGuard
 
-SCHEMA = 2  # 2: cpu_share recorded (caches without it may hide a busy measurement)
+from harness.profile.cpu_peak_tries import Measured, measure_bandwidth, measure_matmul, now
+
+SCHEMA = 3  # 3: sizes grown to the plateau, busy judged by float32, tries kept (2: cpu_share recorded)
 MATMUL_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
-_MIN_BW_BUFFER = 128 * 2**20
-_MAX_BW_BUFFER = 2**30
-_MATMUL_SIZES = (256, 512, 1024)
-_MATMUL_MAX_ROUNDS = 200
 BUSY_CPU_SHARE = 0.75
+BUSY_JUDGE = "float32"  # the measurement whose share says whether other work took the cores
 
 _memo: dict[str, CpuPeaks] = {}
 
@@ -60,11 +63,12 @@ class CpuPeaks:
     llc_bytes: int | None = None  # last-level cache size, if the OS says
     measured_at: str = ""
     load_avg_1m: float | None = None  # the OS load average when measuring began (noise hint)
-    # process CPU time / (wall time x torch threads) in the measurement that used its threads best: ~1
-    # when the threads had their cores, ~0.5 when another process was taking half of them (then the peaks
-    # are far too low). The best, not the whole: a CPU without bf16 math runs a bf16 mm on one thread.
+    # process CPU time / (wall time x torch threads) in the float32 products: ~1 when the threads had their
+    # cores, ~0.5 when another process was taking half of them (then the peaks are far too low). float32,
+    # not every measurement: a CPU without bf16 math runs a bf16 mm on one thread, idle or not.
     cpu_share: float | None = None
     unsupported: dict[str, str] = field(default_factory=dict)  # dtype -> why no peak
+    tries: dict[str, list[float]] = field(default_factory=dict)  # dtype or "mem_bw" -> each try's best rate
 
     @property
     def busy(self) -> bool:
@@ -114,6 +118,10 @@ class CpuPeaks:
         llc = obj.get("llc_bytes")
         load = obj.get("load_avg_1m")
         share = obj.get("cpu_share")
+        tries = obj.get("tries", {})
+        if not isinstance(tries, dict) or not all(isinstance(v, list) and all(map(_positive, v))
+                                                  for v in tries.values()):
+            raise ValueError("tries must map names to lists of positive rates")
         return cls(
             flops_per_s={str(k): float(v) for k, v in flops.items()},
             mem_bw_bytes_per_s=float(obj["mem_bw_bytes_per_s"]),
@@ -127,6 +135,7 @@ class CpuPeaks:
             load_avg_1m=float(load) if _positive(load) or _is_zero(load) else None,
             cpu_share=float(share) if _positive(share) or _is_zero(share) else None,
             unsupported={str(k): str(v) for k, v in unsupported.items()},
+            tries={str(k): [float(x) for x in v] for k, v in tries.items()},
         )
 
 
@@ -215,86 +224,7 @@ def cache_path(key: dict[str, Any] | None = None) -> Path:
 # Measurement
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _best_time(op, budget_s: float, max_reps: int = 20) -> tuple[float, int]:
-    """Fastest of repeated `op()` calls within `budget_s` (at least 2 calls)."""
-    best = math.inf
-    reps = 0
-    deadline = time.perf_counter() + budget_s
-    while reps < max_reps:
-        t0 = time.perf_counter()
-        op()
-        dt = time.perf_counter() - t0
-        best = min(best, dt)
-        reps += 1
-        if reps >= 2 and time.perf_counter() >= deadline:
-            break
-    return best, reps
-
-
-def _measure_matmul(dtype_name: str, budget_s: float) -> tuple[float, str]:
-    """Best 2*n**3/t over square `torch.mm`s of a few sizes, taken in turns until the budget ends.
-
-    Taking turns over sizes and keeping the best single product makes the peak robust to a
-    shared, noisy machine (rates swing by 2x between moments on a cloud VM) and to a size that
-    happens to suit the BLAS blocking badly.
-    """
-    import torch
-
-    dtype = getattr(torch, dtype_name)
-    deadline = time.perf_counter() + budget_s
-    operands = []
-    for n in _MATMUL_SIZES:
-        a = torch.randn(n, n).to(dtype)
-        b = torch.randn(n, n).to(dtype)
-        c = torch.empty(n, n, dtype=dtype)
-        t0 = time.perf_counter()
-        torch.mm(a, b, out=c)  # warm-up; raises if the dtype is unsupported
-        first = time.perf_counter() - t0
-        operands.append((n, a, b, c))
-        if 8 * first > budget_s / 4:  # the next size (8x the work) would take too much of the budget
-            break
-    best_rate = {n: 0.0 for n, *_ in operands}
-    rounds = 0
-    while True:
-        for n, a, b, c in operands:
-            t0 = time.perf_counter()
-            torch.mm(a, b, out=c)
-            dt = time.perf_counter() - t0
-            if dt > 0:
-                best_rate[n] = max(best_rate[n], 2.0 * n**3 / dt)
-        rounds += 1
-        if rounds >= _MATMUL_MAX_ROUNDS or (rounds >= 2 and time.perf_counter() >= deadline):
-            break
-    n_best = max(best_rate, key=lambda n: best_rate[n])
-    per_size = ", ".join(f"n={n}: {rate / 1e9:.1f}" for n, rate in best_rate.items())
-    return best_rate[n_best], (
-        f"measured {_now()}, torch.mm {dtype_name}, best single product over {rounds} rounds of "
-        f"sizes {'/'.join(str(n) for n in best_rate)} (best GFLOP/s {per_size}); peak at n={n_best}"
-    )
-
-
-def _measure_bandwidth(budget_s: float, llc: int | None) -> tuple[float, str]:
-    import torch
-
-    size = max(4 * (llc or 0), _MIN_BW_BUFFER)
-    size = min(size, _MAX_BW_BUFFER)
-    src = torch.ones(size, dtype=torch.uint8)
-    dst = torch.zeros(size, dtype=torch.uint8)
-    dst.copy_(src)  # fault in the pages
-    best, reps = _best_time(functools.partial(dst.copy_, src), budget_s)
-    del src, dst
-    rate = 2.0 * size / best
-    return rate, (
-        f"measured {_now()}, copy_ of a {size / 2**20:.0f} MiB buffer "
-        f"(bytes = read + written), best of {reps}"
-    )
-
-
-def measure_cpu_peaks(*, budget_s: float = 2.5) -> CpuPeaks:
+def measure_cpu_peaks(*, budget_s: float = 4.0) -> CpuPeaks:
     """Measure now (no cache): about `budget_s` seconds in all, spread over dtypes and bandwidth
     (plus set-up, and more on a loaded machine)."""
     import torch
@@ -306,46 +236,58 @@ def measure_cpu_peaks(*, budget_s: float = 2.5) -> CpuPeaks:
     key = machine_key()
     llc = last_level_cache_bytes()
     share = budget_s / (len(MATMUL_DTYPES) + 1)
-    shares: list[float] = []  # per measurement: process CPU time / (wall time x torch threads)
+    shares: dict[str, float] = {}  # per measurement: process CPU time / (wall time x torch threads)
     threads = max(1, torch.get_num_threads())
 
-    def timed_share(measure: Callable[[], tuple[float, str]]) -> tuple[float, str]:
+    def timed_share(name: str, measure: Callable[[], Measured]) -> Measured:
         cpu0, wall0 = time.process_time(), time.perf_counter()
         measured = measure()
         wall = time.perf_counter() - wall0
         if wall > 0:
-            shares.append((time.process_time() - cpu0) / (wall * threads))
+            shares[name] = (time.process_time() - cpu0) / (wall * threads)
         return measured
 
     flops: dict[str, float] = {}
     sources: dict[str, str] = {}
+    tries: dict[str, list[float]] = {}
     unsupported: dict[str, str] = {}
     for name in MATMUL_DTYPES:
         if not hasattr(torch, name):
             unsupported[name] = "torch has no such dtype"
             continue
         try:
-            rate, source = timed_share(functools.partial(_measure_matmul, name, share))
+            flops[name], sources[name], tries[name] = timed_share(name, functools.partial(measure_matmul, name, share))
         except (RuntimeError, TypeError, NotImplementedError) as exc:
             unsupported[name] = f"torch.mm failed: {str(exc).splitlines()[0][:200]}"
             continue
-        flops[name] = rate
-        sources[name] = source
     if not flops:
         raise RuntimeError(f"no matmul dtype could be measured on this CPU: {unsupported}")
-    bw, source = timed_share(functools.partial(_measure_bandwidth, share, llc))
-    sources["mem_bw"] = source
-    cpu_share = max(shares) if shares else None
+    bw, sources["mem_bw"], tries["mem_bw"] = timed_share("mem_bw", functools.partial(measure_bandwidth, share, llc))
     return CpuPeaks(
         flops_per_s=flops,
         mem_bw_bytes_per_s=bw,
         sources=sources,
         llc_bytes=llc,
-        measured_at=_now(),
+        measured_at=now(),
         load_avg_1m=load,
-        cpu_share=cpu_share,
+        cpu_share=shares.get(BUSY_JUDGE, max(shares.values(), default=None)),
         unsupported=unsupported,
+        tries=tries,
         **key,
+    )
+
+
+def best_of(first: CpuPeaks, second: CpuPeaks) -> CpuPeaks:
+    """Two measurements as one: each peak the higher (a peak is the best of its tries), the second's CPU share
+    (whether the cores were free when it was taken)."""
+    names = set(first.flops_per_s) | set(second.flops_per_s)
+    return replace(
+        second,
+        flops_per_s={n: max(first.flops_per_s.get(n, 0.0), second.flops_per_s.get(n, 0.0)) for n in names},
+        mem_bw_bytes_per_s=max(first.mem_bw_bytes_per_s, second.mem_bw_bytes_per_s),
+        sources={**first.sources, **{n: s for n, s in second.sources.items()
+                                     if second.flops_per_s.get(n, 0.0) >= first.flops_per_s.get(n, 0.0)}},
+        tries={n: first.tries.get(n, []) + second.tries.get(n, []) for n in set(first.tries) | set(second.tries)},
     )
 
 
@@ -387,8 +329,9 @@ def get_cpu_peaks(refresh: bool = False) -> CpuPeaks:
     """This machine's peaks: from this process's memo, else the cache file, else measured and cached.
 
     `refresh=True` measures again and overwrites the cache. Peaks measured while the machine was
-    busy (`CpuPeaks.busy`: this process got under 75% of its threads' CPU time) are used in this
-    process, with a warning, but not written to the cache, so that a later process measures again.
+    busy (`CpuPeaks.busy`: this process got under 75% of its threads' CPU time in the float32 products)
+    are measured once more, the best of both kept; still busy, they are used in this process, with a
+    warning, but not written to the cache, so that a later process measures again.
     """
     key = machine_key()
     path = cache_path(key)
@@ -402,9 +345,11 @@ def get_cpu_peaks(refresh: bool = False) -> CpuPeaks:
             return cached
     peaks = measure_cpu_peaks()
     if peaks.busy:
+        peaks = best_of(peaks, measure_cpu_peaks())
+    if peaks.busy:
         warnings.warn(
             f"the CPU was busy while measuring its peaks (this process got {peaks.cpu_share:.0%} of "
-            f"its {peaks.torch_threads} threads' CPU time): the peaks are likely low, so sm_pct and "
+            f"its {peaks.torch_threads} threads' CPU time, twice): the peaks are likely low, so sm_pct and "
             "dram_pct will read high; not caching them, a later process measures again",
             RuntimeWarning,
             stacklevel=2,
@@ -413,6 +358,22 @@ def get_cpu_peaks(refresh: bool = False) -> CpuPeaks:
         _write_cache(path, peaks)
     _memo[memo_key] = peaks
     return peaks
+
+
+def cached_here() -> CpuPeaks | None:
+    """The cached peaks of this machine's CPU (its model and core count) at the most threads, the newest of
+    them, read without importing torch: a prediction for this CPU outside a run (`python -m harness.report
+    predict --device cpu`); None where none is cached."""
+    found = []
+    for path in cache_dir().glob("cpu_peaks-*.json"):
+        try:
+            obj = json.loads(path.read_text(encoding="utf-8"))
+            peaks = CpuPeaks.from_dict(obj.get("peaks")) if obj.get("schema") == SCHEMA else None
+        except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError):
+            continue
+        if peaks is not None and peaks.cpu_model == cpu_model_name() and peaks.logical_cores == (os.cpu_count() or 1):
+            found.append(peaks)
+    return max(found, key=lambda p: (p.torch_threads, p.measured_at), default=None)
 
 
 def reset_memo() -> None:

@@ -336,6 +336,17 @@ def _cmd_import_ncu(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from harness.predict.command import predict_report, print_rows
+
+    try:
+        rows = predict_report(args.report, args.device)
+    except HarnessError as exc:  # a device without peaks, a report that cannot be read
+        raise CliError(str(exc)) from None
+    print_rows(rows, sys.stdout, args.json)
+    return 0
+
+
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     measured = load_report(args.baseline)
     report = lint_report(load_report(args.report)).normalized
@@ -405,6 +416,15 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--json", action="store_true", help="per card: verdict, families_report, families_here, "
                      "time_ratio, class_report, class_here, class_compared, reason")
     rep.set_defaults(run=_cmd_reproduce)
+
+    pred = sub.add_parser("predict", help="each card's counter-experiments' expected speedup on a device, with an "
+                          "80%% interval and the terms it comes from (harness.predict), before any GPU time")
+    pred.add_argument("report", nargs="?", help="report JSON (default: the shipped baseline)")
+    pred.add_argument("--device", help="a GPU of the peak table (default: the report's, e.g. H200), or cpu: this "
+                      "machine's measured peaks")
+    pred.add_argument("--json", action="store_true", help="every row: card, experiment, variant, params, speedup, "
+                      "interval, saving_us, saving_in_model_us, basis, interval_from")
+    pred.set_defaults(run=_cmd_predict)
 
     imp = sub.add_parser("import-ncu", help="turn an ncu output (.ncu-rep, raw or details CSV) into cards")
     imp.add_argument("file")

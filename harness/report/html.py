@@ -40,6 +40,7 @@ from harness.cards.measures import (
 from harness.cards.model import Card, Report, write_text_atomic
 from harness.cards.time_verdict import VERDICT_RULE_TEXT
 from harness.report.bars import bars_source, disagreement
+from harness.report.calibration import calibration_section
 from harness.report.html_parts import CSP, CSS, Num, anchor, esc, html_table
 from harness.report.markdown_html import markdown_to_html
 from harness.report.plots import MAX_KERNEL_ROWS, kernel_bars_svg, roofline_svg
@@ -354,6 +355,7 @@ def render_run_html(run_dir: Path) -> str:
     tail = (f"<details><summary>summary.md</summary><pre>{esc(files.summary)}</pre></details>"
             if files.summary is not None else "")
     experiment = _experiment(files.baseline)
+    tail = calibration_section(run_dir) + tail  # predicted before measuring, against measured (harness.predict)
     return page(f"harness run: {experiment or run_dir.name}", _run_intro(run_dir, files, experiment), views, tail)
 
 

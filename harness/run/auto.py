@@ -33,11 +33,13 @@ from harness.cards.model import (
 from harness.cards.reproduce import Reproduction, reported_device
 from harness.cards.rules import classify_report
 from harness.config.schema import AUTO, ExperimentConfig, HarnessConfig, experiment_of
+from harness.predict.prediction import Prediction, params_key
 from harness.report.html import render_index_html
 from harness.report.overview import CardResult, render_end_to_end
 from harness.run.estimate import plan_estimate
 from harness.run.execute import RunError, card_results, describe, execute, rules_of, with_report_cards
 from harness.run.outputs import reproduction_of
+from harness.run.predictions import rank_plan
 from harness.run.provenance import report_sha256
 from harness.run.selection import SelectionError, in_scope, model_us, pick_cards
 from harness.run.worker import TrialWorker, worker_for
@@ -109,9 +111,16 @@ def run_auto(cfg: HarnessConfig, run_dir: Path, compose: Compose, options: list[
     scopes = {name: experiment_of(config).default_cards for name, config in configs.items()}
     plan = plan_auto(cards, experiments, scopes)
     run_dir.mkdir(parents=True, exist_ok=True)
+    # By predicted saving (predictions.json): the plan's every card when only planning, else the cards it runs.
+    planned = plan_auto(with_chunks.cards, experiments, scopes) if cfg.auto.plan_only else plan
+    plan.by_experiment, predicted = rank_plan(cfg, worker, planned.by_experiment, configs, experiments, with_chunks,
+                                              str(derived.device), run_dir)
+    if cfg.auto.plan_only:
+        plan = plan_auto(cards, experiments, scopes)
     if cfg.auto.plan_only:
         estimate = plan_estimate(cfg, configs, plan.by_experiment, experiments, worker, derived.device, run_dir)
         return write_plan(with_chunks, experiments, cards, run_dir, report_sha256(cfg.report), scopes,
+                          predicted=predicted,
                           unavailable=derived.unavailable, estimate=estimate, device=str(derived.device))
     if not cards:
         raise RunError(f"cards={_selector(cfg)}: no selected card can run on this install "
@@ -227,27 +236,46 @@ def _names_chunks(selector: Any) -> bool:
 
 def plan_entries(report: Report, experiments: Mapping[str, ExperimentFacts], selected: list[Card],
                  scopes: Mapping[str, Any] | None = None, *, unavailable: Mapping[str, str],
-                 device: str = "cuda") -> list[dict[str, Any]]:
+                 device: str = "cuda", predicted: Mapping[str, tuple[Prediction, float]] | None = None
+                 ) -> list[dict[str, Any]]:
     """One entry per card of the report (its chunk cards last, with `chunk: true` and the op cards they
     contain): its class and proposal, the experiments that test it, whether this run's selection runs them,
-    and what this install lacks to build it (`unavailable`, by op kind)."""
+    what this install lacks to build it (`unavailable`, by op kind), and its best predicted configuration with
+    its saving in the model (`predicted`: harness.run.predictions.rank_plan)."""
     every = plan_auto(report.cards, experiments, scopes)
     chosen = {card.id for card in selected}
+    predicted = predicted or {}
     entries = []
-    # The costliest in the model first (harness.cards.measures.time_in_model), the chunk cards after the op cards.
-    for card in sorted(report.cards, key=lambda c: (c.op_kind in CHUNK_OP_KINDS, -model_us(c))):
+    # The largest predicted saving first, then the costliest in the model (harness.cards.measures.time_in_model),
+    # the chunk cards after the op cards.
+    for card in sorted(report.cards, key=lambda c: (c.op_kind in CHUNK_OP_KINDS,
+                                                    -predicted.get(c.id, (None, float("-inf")))[1], -model_us(c))):
         names = [name for name, cards in every.by_experiment.items() if card in cards]
         found = time_in_model(card)
         entry = {"card": card.id, "class": card.primary, "proposal": card.counter_experiment,
                  "experiments": names, "selected": card.id in chosen, "reason": every.unmatched.get(card.id),
                  "dtype": _planned_dtype(report, card, [experiments[n] for n in names], device).to_dict(),
-                 "time_in_model": asdict(found) if found is not None else None}
+                 "time_in_model": asdict(found) if found is not None else None,
+                 "predicted": _predicted_entry(*predicted[card.id]) if card.id in predicted else None}
         if card.op_kind in CHUNK_OP_KINDS:
             entry.update(chunk=True, contains=list(card.extra.get("contains") or []))
         if (why := unavailable.get(card.op_kind)) is not None:
             entry["unavailable"] = why  # this install cannot build its workload: it is never selected here
         entries.append(entry)
     return entries
+
+
+def _predicted_entry(row: Prediction, saving_us: float) -> dict[str, Any]:
+    return {"experiment": row.experiment, "variant": row.variant, "params": row.params, "speedup": row.speedup,
+            "interval": row.interval, "device": row.device, "saving_in_model_us": saving_us}
+
+
+def _predicted_cell(entry: Mapping[str, Any] | None) -> str:
+    """'1839.0 (vae_bf16: low_precision(dtype=bfloat16, ...) 2.00x)', or 'n/a'."""
+    if not entry:
+        return "n/a"
+    variant = entry["variant"] + (f"({params_key(entry['params'])})" if entry["params"] else "")
+    return f"{entry['saving_in_model_us']:.1f} ({entry['experiment']}: {variant} {entry['speedup']:.2f}x)"
 
 
 def _planned_dtype(report: Report, card: Card, planned: list[ExperimentFacts], device: str) -> CardDtype:
@@ -263,10 +291,12 @@ def _planned_dtype(report: Report, card: Card, planned: list[ExperimentFacts], d
 
 def write_plan(report: Report, experiments: Mapping[str, ExperimentFacts], selected: list[Card], run_dir: Path,
                sha256: str, scopes: Mapping[str, Any] | None = None, *, unavailable: Mapping[str, str],
+               predicted: Mapping[str, tuple[Prediction, float]] | None = None,
                estimate: str | None = None, device: str = "cuda") -> str:
     """plan.json and plan.md (`auto.plan_only=true`): what auto would run, for every card; nothing measured;
     `estimate`, the selected cards' wall time on this device (harness.run.estimate)."""
-    entries = plan_entries(report, experiments, selected, scopes, unavailable=unavailable, device=device)
+    entries = plan_entries(report, experiments, selected, scopes, unavailable=unavailable, device=device,
+                           predicted=predicted)
     write_json_atomic(run_dir / "plan.json", {"report_sha256": sha256, "cards": entries})
     left_out = left_out_lines({e["card"]: e["unavailable"] for e in entries if e.get("unavailable")})
     left_out += renamed_id_lines(report)
@@ -280,17 +310,20 @@ def write_plan(report: Report, experiments: Mapping[str, ExperimentFacts], selec
              "are selected by this run's `cards=` (run them without `auto.plan_only=true`). Nothing was measured.", "",
              *([estimate, ""] if estimate else []),
              *left_out, *([""] if left_out else []),
-             f"Cards costliest in the model first; time in model from {time_sources(report.cards)}.", "",
-             "| card | class | time in model us (share, calls) | proposal | built in (why) | experiments | selected |",
-             "|---|---|---:|---|---|---|---|"]
+             "Cards by the saving predicted in the model (its time there x the fraction the best configuration is "
+             f"predicted to save, on {device}: predictions.json), then the costliest in the model; time in model "
+             f"from {time_sources(report.cards)}.", "",
+             "| card | class | time in model us (share, calls) | predicted saving us (best) | proposal "
+             "| built in (why) | experiments | selected |",
+             "|---|---|---:|---|---|---|---|---|"]
     for e in entries:
         names = ", ".join(e["experiments"]) or f"none: {e['reason']}"
         kind = "chunk" if e.get("chunk") else (e["class"] or "no class")
         built_in = CardDtype.from_dict(e["dtype"]).line(why=False)
         found = TimeInModel(**e["time_in_model"]) if e.get("time_in_model") else None
         cost = f"{found.us:.1f} ({found.line()})" if found is not None else "n/a"
-        lines.append(f"| `{e['card']}` | {kind} | {cost} | {e['proposal'] or ''} | {built_in} | {names} | "
-                     f"{'yes' if e['selected'] else 'no'} |")
+        lines.append(f"| `{e['card']}` | {kind} | {cost} | {_predicted_cell(e.get('predicted'))} | "
+                     f"{e['proposal'] or ''} | {built_in} | {names} | {'yes' if e['selected'] else 'no'} |")
     text = "\n".join(lines) + "\n"
     write_text_atomic(run_dir / "plan.md", text)
     return text

@@ -29,6 +29,7 @@ from harness.config.validate import check_output_dir, validate_config
 from harness.errors import HarnessError
 from harness.run.card_search import run_card
 from harness.run.outputs import card_results, write_outputs, write_page
+from harness.run.predictions import Planned, predict_run, write_predictions
 from harness.run.progress import RunProgress, cost_settings
 from harness.run.provenance import claim_run_dir
 from harness.run.selection import SelectionError, select_cards
@@ -188,6 +189,8 @@ def execute(cfg: HarnessConfig, run_dir: Path) -> tuple[RunContext, list[CardOut
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     drawn = drawable(space, experiment.unmet)[0]
+    # What the run expects before it measures (harness.predict): predictions.json, scored as the cards finish.
+    write_predictions(run_dir, predict_run(cfg, worker, [Planned(experiment, drawn, cards)], setup.report, device))
     per_card = plan_search(drawn, cfg.search).n_trials if drawn else 0
     ctx.progress = RunProgress(cards=len(cards), trials=per_card * len(cards)).open()
     try:

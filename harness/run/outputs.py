@@ -25,6 +25,7 @@ from harness.config.schema import experiment_of
 from harness.report.html import write_run_html
 from harness.report.overview import CardResult, render_end_to_end
 from harness.report.recipe import render_recipe
+from harness.run.predictions import calibration_lines, record_measured
 from harness.run.state import CardOutcome, RunContext, baseline_only, same_band
 
 log = logging.getLogger("harness")
@@ -83,6 +84,7 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
     if reproduced is not None:
         write_json_atomic(ctx.run_dir / REPRODUCTION_FILE, {"report_device": device,
                                                             "cards": [r.as_dict() for r in reproduced]})
+    record_measured(ctx.run_dir, ctx.experiment.name, outcomes, ctx.report)  # predictions.json's measured rows
     write_text_atomic(ctx.run_dir / "summary.md", render_summary(ctx, outcomes, diffs, reproduced))
     return diff
 
@@ -224,6 +226,7 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
     lines += [f"- not drawn: {variant} ({why})" for variant, why in ctx.not_drawn.items()]
     lines += renamed_id_lines(ctx.report)  # a repeated id in the report: the later card read under another
     metrics_source = {o.baseline.extra.get("metrics_source") for o in outcomes}
+    lines += ["", *calibration_lines(ctx.run_dir)]
     lines += ["", f"Metrics source: {', '.join(sorted(str(s) for s in metrics_source))} "
               "(estimated metrics are roofline estimates, not counters).", ""]
     scales = sorted({str((o.baseline.extra.get("workload") or {}).get("scale")) for o in outcomes})

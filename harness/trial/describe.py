@@ -50,6 +50,10 @@ def _described(request: Describe) -> Described:
         from harness.trial.noise_probe import probe
 
         derived["noise_probe"] = probe(request.noise_probe_s, device)
+    if device is not None and request.peaks:
+        derived["peaks"] = device_peaks(device)
+    if request.plans:
+        derived["plans"] = {card: _plan(wanted) for card, wanted in request.plans.items()}
     return Described(TrialStatus.COMPLETE, experiments=experiments, experiment_errors=errors, device=device,
                      device_error=device_error, environment=environment, profiler=profiler, profiler_notes=notes,
                      profiler_error=profiler_error, **derived)
@@ -100,6 +104,31 @@ def _derived(obj: dict[str, Any]) -> dict[str, Any]:
     missing = {kind: why for kind in kinds if (why := _unavailable(kind)) is not None}
     return {"chunk_cards": [card.to_dict() for card in chunk_cards],
             "cast_frames": {card_id: n for card_id, n in frames.items() if n is not None}, "unavailable": missing}
+
+
+def device_peaks(device: str) -> dict[str, Any]:
+    """The device's peaks as a card records them: a CPU's measured (and cached: harness.profile.cpu_peaks), with
+    whether it was busy; a GPU's table entry with what the device itself says."""
+    if device.startswith("cuda"):
+        from harness.profile.gpu_peaks import for_current_device
+
+        return for_current_device().to_dict()
+    from harness.profile.cpu_peaks import get_cpu_peaks
+
+    peaks = get_cpu_peaks()
+    return {**peaks.as_dict(), "busy": peaks.busy}
+
+
+def _plan(wanted: dict[str, Any]) -> dict[str, Any]:
+    """The shape a card's op runs at the run's scale (harness.workloads.registry.plan_workload), or why not."""
+    from harness.workloads.registry import plan_workload
+
+    try:
+        plan = plan_workload(str(wanted["op_kind"]), wanted.get("shape_parameters"), dtype=wanted.get("dtype") or
+                             "float32", scale=wanted.get("scale") or 1.0, resolution=wanted.get("resolution"))
+    except (HarnessError, ValueError, TypeError, KeyError) as exc:
+        return {"error": one_line(exc)}
+    return {"shape": plan.shape, "scale": plan.scale}
 
 
 def _unavailable(op_kind: str) -> str | None:

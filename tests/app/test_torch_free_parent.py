@@ -54,7 +54,8 @@ PARENT_MODULES = ("harness.__main__", "harness.run.execute", "harness.run.auto",
                   "harness.run.multirun", "harness.run.selection", "harness.report.recipe", "harness.report.overview",
                   "harness.boundary.framing", "harness.cards.chunk_breakdown", "harness.cards.applied",
                   "harness.config.schema", "harness.config.validate", "harness.search", "harness.run.worker",
-                  "harness.report.html")
+                  "harness.report.html", "harness.predict", "harness.predict.command", "harness.run.predictions",
+                  "harness.report.calibration")
 
 
 def test_the_run_side_modules_import_without_torch():

@@ -1,0 +1,151 @@
+"""The device a prediction is for: its math peaks by math mode and its memory bandwidth, each with the range its
+source states, and the roofline time of a piece of work on it.
+
+A GPU's come from harness.hardware.gpu_peaks' table: the point is the best-founded value (measured, else
+practical, else datasheet), the range spans the practical and the datasheet value where the table has both
+(the H200's bf16 790 against 989 TFLOP/s, DRAM 4.3 against 4.8 TB/s). A CPU's are the peaks the worker
+measured on it (harness.profile.cpu_peaks, recorded as harness.cards.peaks reads them): the point is the best
+try, the range the spread of the repeated tries where they were recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, TypeGuard
+
+from harness.cards.dtype import TF32
+from harness.errors import HarnessError
+from harness.hardware.gpu_peaks import GENERIC, PEAK_KEYS, DevicePeaks, lookup
+
+# A math mode's peak key: the dtype math runs in, float32 by its math mode (TF32 or IEEE fp32).
+_MATH_KEYS = {"bfloat16": "bf16_tflops", "float16": "fp16_tflops"}
+_CPU_DTYPES = {"float32": "fp32_tflops", "bfloat16": "bf16_tflops", "float16": "fp16_tflops"}
+ELEMENT_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "uint8": 1, "int8": 1,
+                 "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+class DeviceError(HarnessError):
+    """A device the model has no peaks for; one line, with what to give instead."""
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A peak rate in base units (FLOP/s or bytes/s): the point and the range its source states."""
+
+    value: float
+    low: float
+    high: float
+    source: str
+
+
+def math_key(dtype: str, math: str) -> str | None:
+    """The peak a math in `dtype` under math mode `math` runs against (None: no such peak)."""
+    if dtype == "float32":
+        return "tf32_tflops" if math == TF32 else "fp32_tflops"
+    return _MATH_KEYS.get(dtype)
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """A device's peaks: `compute` by peak key (bf16_tflops, fp16_tflops, tf32_tflops, fp32_tflops)."""
+
+    name: str
+    kind: str  # "gpu" or "cpu"
+    compute: Mapping[str, Rate]
+    bandwidth: Rate
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def rate(self, dtype: str, math: str) -> Rate:
+        key = math_key(dtype, math)
+        found = self.compute.get(key) if key else None
+        if found is None:
+            raise DeviceError(f"{self.name}: no {key or dtype} peak to predict {dtype} math with")
+        return found
+
+    def has(self, dtype: str, math: str) -> bool:
+        key = math_key(dtype, math)
+        return key is not None and key in self.compute
+
+    def moved(self, *, compute_end: str = "value", bandwidth_end: str = "value", compute_scale: float = 1.0
+              ) -> DeviceModel:
+        """This device with its math peaks at one end of their ranges (times `compute_scale`) and its bandwidth
+        at one end of its own: the device a stated uncertainty's extreme describes."""
+        def at(rate: Rate, end: str, scale: float = 1.0) -> Rate:
+            value = getattr(rate, end) * scale
+            return replace(rate, value=value, low=min(rate.low, value), high=max(rate.high, value))
+
+        return replace(self, compute={k: at(r, compute_end, compute_scale) for k, r in self.compute.items()},
+                       bandwidth=at(self.bandwidth, bandwidth_end))
+
+    def roofline_us(self, flops: float, nbytes: float, dtype: str, math: str, *, at: str = "value") -> float:
+        """max(FLOPs / math peak, bytes / bandwidth) in us, at the peaks' point (`at`: "low" or "high" for the
+        ends of their ranges); no FLOPs: the bytes alone."""
+        moved = nbytes / getattr(self.bandwidth, at)
+        if not flops:
+            return moved * 1e6
+        return max(flops / getattr(self.rate(dtype, math), at), moved) * 1e6
+
+
+def gpu_device(name: str) -> DeviceModel:
+    """A GPU of the peak table by (a part of) its name: "H200", "NVIDIA H100 80GB HBM3", "A100-SXM4-80GB"."""
+    entry = lookup(name)
+    if entry.key == GENERIC:
+        raise DeviceError(f"--device {name}: not in the GPU peak table (harness/hardware/gpu_peaks.py: H200, "
+                          "H100 SXM/PCIe, A100 40/80GB), and without its peaks nothing can be predicted")
+    return _from_table(entry)
+
+
+def _from_table(entry: DevicePeaks) -> DeviceModel:
+    compute: dict[str, Rate] = {}
+    for key in PEAK_KEYS:
+        found = _table_rate(entry, key)
+        if found is not None and key != "dram_tbps":
+            compute[key] = found
+    bandwidth = _table_rate(entry, "dram_tbps")
+    if bandwidth is None:
+        raise DeviceError(f"{entry.key}: the peak table has no DRAM bandwidth for it")
+    return DeviceModel(name=entry.key, kind="gpu", compute=compute, bandwidth=bandwidth)
+
+
+def _table_rate(entry: DevicePeaks, key: str) -> Rate | None:
+    """The table's point for `key` and the range of its practical and datasheet values; fp16, which shares
+    bf16's tensor pipe and datasheet rate, takes bf16's practical value where it has none of its own."""
+    peak = entry.peak(key)
+    if peak is None:
+        return None
+    practical = entry.practical.get(key)
+    if practical is None and key == "fp16_tflops" and entry.datasheet.get(key) == entry.datasheet.get("bf16_tflops"):
+        practical = entry.practical.get("bf16_tflops")
+    point = entry.measured.get(key) or practical or peak.value
+    values = [v for v in (point, practical, entry.datasheet.get(key)) if v]
+    source = (f"{key} {point:g} ({'measured' if key in entry.measured else 'practical' if practical else 'datasheet'}"
+              f"{f'; datasheet {entry.datasheet[key]:g}' if practical and key in entry.datasheet else ''})")
+    return Rate(point * 1e12, min(values) * 1e12, max(values) * 1e12, source)
+
+
+def cpu_device(peaks: Mapping[str, Any]) -> DeviceModel:
+    """This CPU from the peaks the worker measured (harness.profile.cpu_peaks.CpuPeaks.as_dict())."""
+    flops = peaks.get("flops_per_s") or {}
+    tries = peaks.get("tries") or {}
+    compute = {key: _cpu_rate(float(flops[dtype]), tries.get(dtype), f"measured torch.mm {dtype}", "GFLOP/s")
+               for dtype, key in _CPU_DTYPES.items() if _positive(flops.get(dtype))}
+    bandwidth = peaks.get("mem_bw_bytes_per_s")
+    if not compute or not _positive(bandwidth):
+        raise DeviceError("the CPU's measured peaks are missing or unusable: run `python -m harness` once on this "
+                          "machine (it measures and caches them)")
+    notes = ("measured while the CPU was busy: the peaks read low",) if peaks.get("busy") else ()
+    return DeviceModel(name=f"CPU {peaks.get('cpu_model') or ''}".strip(), kind="cpu", compute=compute,
+                       bandwidth=_cpu_rate(float(bandwidth), tries.get("mem_bw"), "measured copy bandwidth", "GB/s"),
+                       notes=notes)
+
+
+def _cpu_rate(best: float, tries: Any, what: str, unit: str) -> Rate:
+    """The best try, and the range down to the worst of the recorded tries (each try's own best)."""
+    rates = [float(t) for t in tries if _positive(t)] if isinstance(tries, list) else []
+    low = min([*rates, best])
+    return Rate(best, low, best, f"{what} {best / 1e9:.1f} {unit}"
+                + (f" (tries {low / 1e9:.1f} to {best / 1e9:.1f})" if rates else ""))
+
+
+def _positive(value: Any) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
