@@ -31,6 +31,7 @@ if __name__ == "__main__":
 import logging
 import os
 import shlex
+import shutil
 from pathlib import Path
 from typing import NoReturn
 
@@ -53,8 +54,12 @@ log = logging.getLogger("harness")
 _finished_in: list[Path] = []  # the folder of the run this process finished, for a signal after its last file
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, run_dir: Path | None = None) -> NoReturn:
+    """One `error:` line and exit 2; `run_dir`, a folder Hydra made for the run, is removed when the run left
+    nothing in it but Hydra's own files (its .hydra/ and log): a failed start leaves no empty folder behind."""
     print(f"error: {message}", file=sys.stderr)
+    if run_dir is not None and run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {".hydra", "__main__.log"}:
+        shutil.rmtree(run_dir, ignore_errors=True)
     sys.exit(EXIT_BAD_INPUT)
 
 
@@ -121,6 +126,7 @@ def app(cfg: DictConfig) -> float | None:
     # (Optuna's study, the report's plots) run while it imports torch.
     from harness.run.auto import run_auto
     from harness.run.execute import execute
+    from harness.run.outputs import written_outputs
     from harness.run.state import reference_folder
 
     signals.exit_if_pending(_not_started)  # Hydra set the run up in its folder: nothing of the run's yet
@@ -133,7 +139,7 @@ def app(cfg: DictConfig) -> float | None:
                           cards=config.cards or config.auto.default_cards)
             summary = run_auto(config, run_dir, _compose_experiment, known_experiments([]))
         except HarnessError as exc:
-            _fail(str(exc))
+            _fail(str(exc), run_dir)
         except KeyboardInterrupt as stop:
             _stopped(run_dir, stop)
         print(summary)
@@ -142,10 +148,22 @@ def app(cfg: DictConfig) -> float | None:
         print(f"outputs: {run_dir}  ({made})")
         _ended(run_dir)
         return None
+    if config.auto.plan_only:  # any experiment: its cards, trials and ETA, nothing measured
+        from harness.run.plan_run import plan_run
+
+        try:
+            print(plan_run(config, run_dir))
+        except HarnessError as exc:
+            _fail(str(exc), run_dir)
+        except KeyboardInterrupt as stop:
+            _stopped(run_dir, stop)
+        print(f"outputs: {run_dir}  (plan.json, plan.md; nothing measured)")
+        _ended(run_dir)
+        return None
     try:
         ctx, outcomes = execute(config, run_dir)
     except HarnessError as exc:
-        _fail(str(exc))
+        _fail(str(exc), run_dir)
     except KeyboardInterrupt as stop:
         _stopped(run_dir, stop)
     phases = ctx.phases
@@ -159,7 +177,7 @@ def app(cfg: DictConfig) -> float | None:
           f"profiling {phases['profiling_s']:.1f} s, rest bookkeeping{once}; "
           "measurement: the trials' timing, the baseline's drift re-times and the confirm rounds)")
     print((run_dir / "summary.md").read_text(encoding="utf-8"))
-    print(f"outputs: {run_dir}  (summary.md, diff.md, diff.json, baseline.json, best.json, trials/, report.html)")
+    print(f"outputs: {run_dir}  ({', '.join(written_outputs(run_dir))})")
     speedups: list[float] = []
     for o in outcomes:
         if o.best is not None:

@@ -100,8 +100,7 @@ def render_markdown(diff: ReportDiff, title: str = "Before/after card diff", int
         lines.append(f"- The card's own check \"{d.card_check or 'none'}\": **{d.card_verdict}**: "
                      f"{d.card_verdict_detail}")
         lines.append(f"- Class: {d.class_transition}")
-        lines.append(f"- Time ({d.time_basis}): {fmt(d.before_us)} -> {fmt(d.after_us)} us, "
-                     f"{speedup_text(d)}: {d.verdict_rule or d.timing_verdict}")
+        lines.append(f"- Time ({d.time_basis}): {fmt(d.before_us)} -> {fmt(d.after_us)} us, {_time_verdict(d)}")
         if d.time_basis == TIMING_BASIS and (sums := kernel_sum_text(d.kernel_sum_us, d.calls)):
             lines.append(f"- Kernels, the profiler's durations (not the time above): {sums}")
         if not d.fair:
@@ -133,6 +132,12 @@ def render_markdown(diff: ReportDiff, title: str = "Before/after card diff", int
     if diff.only_after:
         lines += ["", "Only in after: " + ", ".join(f"`{c}`" for c in diff.only_after)]
     return "\n".join(lines) + "\n"
+
+
+def _time_verdict(d: CardDiff) -> str:
+    """The speedup and what decided its verdict, said once: a paired rule already starts with the interval."""
+    speedup, rule = speedup_text(d), d.verdict_rule or d.timing_verdict or "n/a"
+    return rule if rule.startswith(speedup) else f"{speedup}: {rule}"
 
 
 def _kernel_table(d: CardDiff) -> list[str]:

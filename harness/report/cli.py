@@ -45,6 +45,7 @@ from harness.cards.reproduce import reported_device, reproduce
 from harness.cards.rules import RuleSet, classify_report, undecided
 from harness.errors import HarnessError
 from harness.report.ncu_lines import kernel_lines
+from harness.report.run_sides import SideError, resolve_sides
 
 EXIT_BAD_INPUT = 2
 CORRECTED = "*"  # marks a value `show` prints from the normalized view that differs from the stored one
@@ -265,6 +266,10 @@ def _show_card(stored: Card, card: Card, result: LintResult) -> None:
 
 def _cmd_diff(args: argparse.Namespace) -> int:
     rules = RuleSet()
+    (before_path, before_read), (after_path, after_read) = resolve_sides(args.before, args.after)
+    if (before_path, after_path) != (Path(args.before), Path(args.after or "")):  # a run folder: say what was read
+        print(f"before: {before_read}\nafter: {after_read}", file=sys.stderr)  # stderr: stdout is the diff
+    args.before, args.after = str(before_path), str(after_path)
     before = _reclassified(load_report(args.before), rules)
     after = _reclassified(load_report(args.after), rules)
     # The side whose cards record no environment is a report's: judged where that report says it was profiled.
@@ -396,9 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
                       "when that names one card")
     show.set_defaults(run=_cmd_show)
 
-    diff = sub.add_parser("diff", help="before/after diff of two reports matched by card id")
-    diff.add_argument("before")
-    diff.add_argument("after")
+    diff = sub.add_parser("diff", help="before/after diff of two reports matched by card id; a run folder is read "
+                          "as its baseline.json (before) or best.json (after), one alone as its baseline vs its best")
+    diff.add_argument("before", help="a report file, or a run folder (its baseline.json)")
+    diff.add_argument("after", nargs="?", help="a report file, or a run folder (its best.json); default: BEFORE")
     diff.add_argument("--json", action="store_true")
     diff.add_argument("--out", help="also write the Markdown diff to this file")
     diff.add_argument("--html", metavar="OUT.html",
@@ -449,7 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _resolve_show_args(args)
     try:
         return int(args.run(args))
-    except (ReportError, CliError, CheckError) as exc:
+    except (ReportError, CliError, CheckError, SideError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:

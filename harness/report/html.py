@@ -41,11 +41,15 @@ from harness.cards.model import Card, Report, write_text_atomic
 from harness.cards.time_verdict import VERDICT_RULE_TEXT
 from harness.report.bars import bars_source, disagreement
 from harness.report.calibration import calibration_section
+from harness.report.glance import read_glance
+from harness.report.glance_html import glance_section
 from harness.report.html_parts import CSP, CSS, Num, anchor, esc, html_table
 from harness.report.markdown_html import markdown_to_html
+from harness.report.next_steps import resume_step
 from harness.report.plots import MAX_KERNEL_ROWS, kernel_bars_svg, roofline_svg
 from harness.report.roofline import Roofs, device_roofs, roofline_points
-from harness.report.run_files import RunFiles, read_run_files
+from harness.report.run_files import read_run_files
+from harness.report.run_sections import overview_sections, reproduction_html, run_details
 from harness.report.studies import StudyView, load_studies, missing_reason, study_block
 
 
@@ -282,7 +286,8 @@ def card_section(view: CardView) -> str:
             + "</section>")
 
 
-def page(title: str, intro: str, views: list[CardView], tail: str = "") -> str:
+def page(title: str, intro: str, views: list[CardView], tail: str = "", overview: str = "") -> str:
+    """The page: `intro`, the summary table, `overview` (a run's end-to-end view and recipe), the cards, `tail`."""
     sections = "".join(card_section(v) for v in views)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -291,7 +296,7 @@ def page(title: str, intro: str, views: list[CardView], tail: str = "") -> str:
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
         f"<h1>{esc(title)}</h1>{intro}<h2>Summary</h2>{summary_table(views)}"
         f'<p class="note">{esc(VERDICT_RULE_TEXT)}</p>'
-        f"{sections}{tail}"
+        f"{overview}{sections}{tail}"
         f'<p class="note">Generated {esc(time.strftime("%Y-%m-%d %H:%M:%S"))} by harness.report.html.</p>'
         "</body></html>\n"
     )
@@ -306,43 +311,6 @@ def _experiment(baseline: Report) -> str | None:
     return next(((c.extra.get("harness") or {}).get("experiment") for c in baseline.cards), None)
 
 
-def _run_intro(run_dir: Path, files: RunFiles, experiment: str | None) -> str:
-    run, baseline, storage = files.run, files.baseline, files.storage
-    env = run.get("environment") or {}
-    facts = [["run directory", f"<code>{esc(run_dir)}</code>"], ["experiment", esc(experiment or "n/a")],
-             ["device", esc(f"{env.get('device_name') or 'n/a'} ({env.get('device_kind') or '?'})")],
-             ["scope", esc(baseline.scope or "")], ["Optuna storage", f"<code>{esc(storage or 'none')}</code>"]]
-    for name, value in (run.get("phases") or {}).items():
-        facts.append([esc(name), Num(esc(fmt(value, 2)))])
-    env_rows = [[esc(k), esc(v)] for k, v in env.items()]
-    details = f"<details><summary>environment</summary>{html_table(['key', 'value'], env_rows)}</details>"
-    return (_noise_html(run.get("noise")) + _reproduction_html(files.reproduction) + html_table(["run", ""], facts)
-            + (details if env_rows else ""))
-
-
-def _noise_html(noise: dict[str, Any] | None) -> str:
-    """The run's noise verdict (harness.run.noise), first on the page: quiet, or noisy with why and what to do."""
-    if not noise:
-        return ""
-    if noise.get("verdict") == "quiet":
-        return f'<p id="noise" class="note">Machine: quiet ({esc(noise.get("summary") or "")}).</p>'
-    return (f'<p id="noise" role="alert"><b>Machine: noisy</b> ({esc("; ".join(noise.get("reasons") or []))}): '
-            f'{esc(noise.get("advice") or "")}.</p>')
-
-
-def _reproduction_html(reproduction: dict[str, Any]) -> str:
-    """The baselines' reproduction verdicts against the report (harness.cards.reproduce), first on the page."""
-    cards = reproduction.get("cards") or []
-    if not cards:
-        return ""
-    rows = [[f"<code>{esc(c['card'])}</code>", f"<b>{esc(c['verdict'])}</b>", Num(esc(fmt(c.get('time_ratio'), 2))),
-             esc(", ".join(c.get("families_report") or [])), esc(", ".join(c.get("families_here") or [])),
-             esc(c.get("dtype_here") or ""), esc(c.get("reason") or "")] for c in cards]
-    return (f"<h2>Reproduction of the report ({esc(reproduction.get('report_device') or 'no GPU named')})</h2>"
-            + html_table(["card", "verdict", "time x report", "report's kernels", "kernels here", "built in", "why"],
-                         rows))
-
-
 def render_run_html(run_dir: Path) -> str:
     """The page for one run directory (baseline.json is required; every other file is optional)."""
     run_dir = Path(run_dir)
@@ -352,11 +320,12 @@ def render_run_html(run_dir: Path) -> str:
         view.study = study
         if view.after is None:
             view.missing_reason = missing_reason(study)
-    tail = (f"<details><summary>summary.md</summary><pre>{esc(files.summary)}</pre></details>"
-            if files.summary is not None else "")
     experiment = _experiment(files.baseline)
-    tail = calibration_section(run_dir) + tail  # predicted before measuring, against measured (harness.predict)
-    return page(f"harness run: {experiment or run_dir.name}", _run_intro(run_dir, files, experiment), views, tail)
+    tail = calibration_section(run_dir)  # predicted before measuring, against measured (harness.predict)
+    # What won, by how much, how sure and what next first; the run's bookkeeping collapsed under it.
+    intro = (glance_section(read_glance(run_dir), files.run.get("noise"), resume_step(files.run))
+             + run_details(run_dir, files, experiment) + reproduction_html(files.reproduction))
+    return page(f"harness run: {experiment or run_dir.name}", intro, views, tail, overview_sections(files))
 
 
 def render_diff_html(diff: ReportDiff, before: Report, after: Report, title: str, note: str = "") -> str:
@@ -374,14 +343,17 @@ def render_diff_html(diff: ReportDiff, before: Report, after: Report, title: str
     return page(title, intro, views)
 
 
-def render_index_html(title: str, summary: str) -> str:
-    """A page over several runs (experiment=auto, a multirun): their summary.md as HTML, its tables as
-    tables and its links (to each run's report.html and summary.md) as links."""
+def render_index_html(title: str, summary: str, head: str = "") -> str:
+    """A page over several runs (experiment=auto, a multirun): their summary.md as HTML, its tables as tables and
+    its links (to each run's report.html and summary.md) as links; `head` (their runs at a glance:
+    harness.report.glance_html) under its title."""
+    first, _, rest = summary.partition("\n")
+    titled = first.startswith("# ")
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
-        f"{markdown_to_html(summary)}"
+        f"{markdown_to_html(first) if titled else ''}{head}{markdown_to_html(rest if titled else summary)}"
         "</body></html>\n"
     )
 

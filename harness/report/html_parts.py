@@ -28,6 +28,9 @@ figcaption{font-size:.82em;color:#555}
 svg{max-width:100%;height:auto} code{font-size:.92em;word-break:break-all} pre{white-space:pre-wrap;font-size:.85em;
  background:#f7f7f7;padding:8px;border:1px solid #ddd}
 details{margin:.4em 0} summary{cursor:pointer;color:#345} td a code{white-space:nowrap;word-break:normal}
+#at-a-glance{border:2px solid #345;border-radius:6px;padding:10px 16px;margin:10px 0 18px}
+#at-a-glance td code,#end-to-end td code{white-space:nowrap;word-break:normal} #noise{margin:.2em 0 .5em}
+ul.next{padding-left:1.2em} ul.next pre{margin:.2em 0 .5em;user-select:all}
 """
 
 # Forbid every load (scripts, fonts, images, frames); only the inline styles are allowed.

@@ -7,7 +7,9 @@ subset they use (no dependency needed for it):
 - paragraphs: consecutive non-blank lines, joined;
 - pipe tables: a header row, a separator row (`---`, `---:` right-aligned, `:---:` centred), body rows;
   a `|` inside a code span or written `\\|` stays in its cell;
-- bullet lists (`- ` or `* `), one level; an indented line continues the item above it;
+- bullet lists (`- ` or `* `) and numbered ones (`1. `, started at their first number), one level; an
+  indented line continues the item above it;
+- quoted lines (`> `, indented or not), kept line by line as preformatted text: recipe.md quotes code;
 - inline: code spans, links `[text](href)`, bold `**text**`, backslash escapes.
 
 Every piece of text, attribute values included, is HTML-escaped. A link whose target names a scheme
@@ -21,6 +23,8 @@ import re
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)(?:\s+#+)?\s*$")
 _BULLET = re.compile(r"^[-*]\s+(.*)$")
+_NUMBERED = re.compile(r"^(\d+)\.\s+(.*)$")
+_QUOTE = re.compile(r"^\s*>\s?(.*)$")
 _SEPARATOR_CELL = re.compile(r"^:?-+:?$")
 # Inline tokens, leftmost first: a backslash escape, a code span (any run of backticks, closed by the
 # same run), a link (its text may hold code spans), bold.
@@ -140,7 +144,24 @@ def _starts_table(lines: list[str], i: int) -> bool:
 
 def _starts_block(lines: list[str], i: int) -> bool:
     """Whether line i opens a block other than a paragraph (it then ends the paragraph above it)."""
-    return bool(_HEADING.match(lines[i]) or _BULLET.match(lines[i]) or _starts_table(lines, i))
+    return bool(_HEADING.match(lines[i]) or _BULLET.match(lines[i]) or _NUMBERED.match(lines[i])
+                or _QUOTE.match(lines[i]) or _starts_table(lines, i))
+
+
+def _list_items(lines: list[str], i: int, item: re.Pattern[str]) -> tuple[list[str], int]:
+    """The items of the list starting at line i (each its text after the marker, continuation lines joined) and
+    the line after it."""
+    items: list[str] = []
+    while i < len(lines) and lines[i].strip():
+        found = item.match(lines[i])
+        if found:
+            items.append(found.group(found.lastindex or 1))
+        elif lines[i][:1].isspace() and items and not _QUOTE.match(lines[i]):  # continues its item
+            items[-1] += " " + lines[i].strip()
+        else:
+            break
+        i += 1
+    return items, i
 
 
 def markdown_to_html(text: str) -> str:
@@ -166,17 +187,19 @@ def markdown_to_html(text: str) -> str:
             blocks.append(_table(line, align, lines[i + 2:end]))
             i = end
         elif _BULLET.match(line):
-            items: list[str] = []
-            while i < len(lines) and lines[i].strip():
-                bullet = _BULLET.match(lines[i])
-                if bullet:
-                    items.append(bullet.group(1))
-                elif lines[i][:1].isspace() and items:  # an indented line continues its item
-                    items[-1] += " " + lines[i].strip()
-                else:
-                    break
-                i += 1
+            items, i = _list_items(lines, i, _BULLET)
             blocks.append("<ul>" + "".join(f"<li>{inline_html(item)}</li>" for item in items) + "</ul>")
+        elif numbered := _NUMBERED.match(line):
+            items, i = _list_items(lines, i, _NUMBERED)
+            start = int(numbered.group(1))
+            blocks.append((f'<ol start="{start}">' if start != 1 else "<ol>")
+                          + "".join(f"<li>{inline_html(item)}</li>" for item in items) + "</ol>")
+        elif _QUOTE.match(line):
+            quoted: list[str] = []
+            while i < len(lines) and (found := _QUOTE.match(lines[i])):
+                quoted.append(found.group(1))
+                i += 1
+            blocks.append(f"<pre>{_esc(chr(10).join(quoted))}</pre>")
         else:
             para = [line.strip()]
             i += 1

@@ -9,7 +9,8 @@ only when the speedup can stand for the report's device: the variant was adopted
 a fair same-machine comparison) and it was measured on the report's device (harness.cards.reproduce.reported_device:
 `report_device` where given, else what the report declares, the shipped report's H200, or the device a capture
 ran on) at workload scale 1. Anywhere else (another device, a reduced scale) the table shows the measured speedup
-and "not projected". Cards are listed costliest in the model first; savings are summed per resolution and stage.
+and "n/a (not projected: why)": a saving never reads 0 where it is not known (harness.report.savings). Cards are
+listed costliest in the model first; savings are summed per resolution and stage, n/a where any card's is unknown.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from harness.cards.diff_markdown import speedup_text, verdict_text
 from harness.cards.diff_rows import CardDiff
 from harness.cards.measures import time_in_model, time_sources
 from harness.cards.model import CAPTURE_KEY, Card, Report
+from harness.report.savings import Saving, card_saving
+from harness.report.savings import total as savings_total
 
 FASTER = "FASTER"
 
@@ -124,8 +127,8 @@ def _intro(totals: _Totals, report: Report, measured_on: str, report_device: str
         f"Speedups measured on {measured_on}. A saving (the card's time in the model x (1 - 1/speedup)) is "
         "projected only for an adopted win (feasible, confirmed FASTER, fair) measured on the report's device "
         f"({report_device or 'none named'}, setting `report_device`) at workload scale 1; elsewhere the measured "
-        f"speedup is shown and the saving reads \"not projected\". {basis} Where each card's time came from: "
-        f"{time_sources(report.cards)}.",
+        "speedup is shown and the saving reads \"n/a\" with why, as does an undecided verdict's: unknown, never 0. "
+        f"{basis} Where each card's time came from: {time_sources(report.cards)}.",
         "",
     ]
 
@@ -143,24 +146,14 @@ def render_end_to_end(report: Report, results: list[CardResult], measured_on: st
         "speedup | time verdict (what decided it) | check | saves us |",
         "|---|---|---:|---:|---:|---:|---|---:|---|---|---:|",
     ]
-    saved: dict[tuple[str | None, str], float] = defaultdict(float)
+    saved: dict[tuple[str | None, str], list[Saving]] = defaultdict(list)
     measured: dict[tuple[str | None, str], float] = defaultdict(float)
-    reasons: set[str] = set()
     for card_id, result in sorted(chosen.items(), key=lambda item: -_us(item[1].card)):
         card = result.card
         key = (card.resolution, card.stage)
         us = _us(card)
-        win = result.win
-        projectable, why = result.projectable(report_device)
-        if win and projectable:
-            saving = us * (1 - 1 / win)
-            saving_text = f"{saving:.1f}"
-        else:
-            saving = 0.0
-            saving_text = "not projected" if win else "0.0"
-            if win:
-                reasons.add(why)
-        saved[key] += saving
+        saving = card_saving(result, us or None, report_device)  # a card the report gives no time has none
+        saved[key].append(saving)
         measured[key] += us
         d = result.diff
         share_stage = us / totals.stage[key] if totals.stage[key] else 0.0
@@ -172,10 +165,8 @@ def render_end_to_end(report: Report, results: list[CardResult], measured_on: st
             f"{us / whole if whole else 0.0:.1%} | {result.experiment}: {result.variant or 'none'} | "
             f"{speedup_text(d) if d else 'n/a'} | "
             f"{verdict_text(d.timing_verdict, d.verdict_numbers) if d else 'n/a'} | {d.verdict if d else 'n/a'} | "
-            f"{saving_text} |"
+            f"{saving.text()} |"
         )
-    if reasons:
-        lines += ["", "Not projected: " + "; ".join(sorted(reasons)) + "."]
     lines += [
         "",
         f"| resolution | stage | {time_head} (stage) | cards run (us) | saves us | saves % of stage | "
@@ -185,9 +176,8 @@ def render_end_to_end(report: Report, results: list[CardResult], measured_on: st
     for (resolution, stage), total in sorted(totals.stage.items(), key=lambda item: (str(item[0][0]), item[0][1])):
         key = (resolution, stage)
         whole = totals.resolution[resolution]
-        lines.append(
-            f"| {resolution} | {stage} | {total:.1f} | {measured.get(key, 0.0):.1f} | {saved.get(key, 0.0):.1f} | "
-            f"{saved.get(key, 0.0) / total if total else 0.0:.1%} | "
-            f"{saved.get(key, 0.0) / whole if whole else 0.0:.2%} |"
-        )
+        saving = savings_total(saved.get(key, []))
+        lines.append(f"| {resolution} | {stage} | {total:.1f} | {measured.get(key, 0.0):.1f} | {saving.text()} | "
+                     f"{saving.share(total, '.1%')} | {saving.share(whole, '.2%')} |")
     return "\n".join(lines) + "\n"
+

@@ -42,14 +42,36 @@ def power_label(value: float, _position: object = None) -> str:
     return f"{value:.3g}"
 
 
+# Tick values per decade, coarsest first: the first that puts MIN_LOG_TICKS ticks in view is used.
+_LOG_TICK_STEPS = ((1.0,), (1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 3.0, 5.0, 7.0),
+                   (1.0, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0))
+MIN_LOG_TICKS = 3
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """Tick values for a log axis from `low` to `high` (both > 0): powers of ten where they give MIN_LOG_TICKS
+    ticks in view, else 1-2-5 and finer steps per decade, so that a narrow axis has labels to read it by."""
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    ticks: list[float] = []
+    for steps in _LOG_TICK_STEPS:
+        ticks = [float(f"{step * 10.0**exponent:.6g}") for exponent in range(first, last + 1) for step in steps]
+        ticks = [t for t in ticks if low <= t <= high]
+        if len(ticks) >= MIN_LOG_TICKS:
+            break
+    return ticks
+
+
 def _plain_log_axes(fig: Figure) -> None:
     """Log axes with plain-text labels at their major ticks and no minor ticks. matplotlib's default labels
     are mathtext ($10^{11}$), parsed and laid out per tick, and its minor ticks are a dozen more per decade:
-    together most of a roofline's 0.8 s to draw (0.14 s without), report.html's largest cost."""
+    together most of a roofline's 0.8 s to draw (0.14 s without), report.html's largest cost. An axis of less
+    than a few decades gets finer major ticks (log_ticks: its default would label one tick, or none); an axis
+    whose ticks a plot set itself keeps them."""
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
-            if axis.get_scale() == "log":
+            if axis.get_scale() == "log" and isinstance(axis.get_major_locator(), ticker.LogLocator):
                 axis.set_minor_locator(ticker.NullLocator())
+                axis.set_major_locator(ticker.FixedLocator(log_ticks(*sorted(axis.get_view_interval()))))
                 axis.set_major_formatter(ticker.FuncFormatter(power_label))
 
 

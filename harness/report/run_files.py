@@ -24,6 +24,7 @@ class RunFiles:
     run: dict[str, Any]  # run.json ({} when absent)
     storage: str | None  # the Optuna storage URL, None when the run has none
     summary: str | None  # summary.md
+    recipe: str | None  # recipe.md
     reproduction: dict[str, Any]  # reproduction.json: the baselines' reproduce verdicts, on a GPU ({} elsewhere)
 
 
@@ -35,12 +36,17 @@ def read_run_files(run_dir: Path) -> RunFiles:
     except ReportError:
         tried = None
     run = _read_json(run_dir / "run.json")
-    try:
-        summary: str | None = (run_dir / "summary.md").read_text(encoding="utf-8")
-    except OSError:
-        summary = None
-    return RunFiles(baseline, tried, _read_json(run_dir / "diff.json"), run, _storage_url(run_dir, run), summary,
+    return RunFiles(baseline, tried, _read_json(run_dir / "diff.json"), run, _storage_url(run_dir, run),
+                    _read_text(run_dir / "summary.md"), _read_text(run_dir / "recipe.md"),
                     _read_json(run_dir / "reproduction.json"))
+
+
+def _read_text(path: Path) -> str | None:
+    """An optional Markdown file of the run; None when absent or unreadable."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -34,6 +34,8 @@ from harness.cards.reproduce import Reproduction, reported_device
 from harness.cards.rules import classify_report
 from harness.config.schema import AUTO, ExperimentConfig, HarnessConfig, experiment_of
 from harness.predict.prediction import Prediction, params_key
+from harness.report.glance import auto_glance, gathered_noise, write_glance
+from harness.report.glance_html import glance_section
 from harness.report.html import render_index_html
 from harness.report.overview import CardResult, render_end_to_end
 from harness.run.estimate import plan_estimate
@@ -121,12 +123,15 @@ def run_auto(cfg: HarnessConfig, run_dir: Path, compose: Compose, options: list[
         estimate = plan_estimate(cfg, configs, plan.by_experiment, experiments, worker, derived.device, run_dir)
         return write_plan(with_chunks, experiments, cards, run_dir, report_sha256(cfg.report), scopes,
                           predicted=predicted,
-                          unavailable=derived.unavailable, estimate=estimate, device=str(derived.device))
+                          unavailable=derived.unavailable, estimate=estimate, device=str(derived.device),
+                          selected_by="this run's `cards=`" if cfg.cards else "`auto.default_cards` (no `cards=`)")
     if not cards:
         raise RunError(f"cards={_selector(cfg)}: no selected card can run on this install "
                        f"({next(iter(left_out.values()))})")
     results, sections, measured_on = _sub_runs(run_dir, configs, plan, experiments)
-    lines = ["# auto: each card's counter-experiments, chosen by its class", "",
+    glance = auto_glance(run_dir, list(plan.by_experiment), str(derived.device))  # the sub-runs' glance.json
+    write_glance(run_dir, glance)
+    lines = ["# auto: each card's counter-experiments, chosen by its class", "", *glance.markdown(),
              "| card | class | experiments |", "|---|---|---|"]
     for card in cards:
         names = [n for n, chosen in plan.by_experiment.items() if card in chosen]
@@ -137,7 +142,8 @@ def run_auto(cfg: HarnessConfig, run_dir: Path, compose: Compose, options: list[
               render_end_to_end(report, results, measured_on, reported_device(report, cfg.report_device))]
     text = "\n".join(lines) + "\n"
     write_text_atomic(run_dir / "summary.md", text)
-    write_text_atomic(run_dir / "report.html", render_index_html("harness auto run", text))
+    head = glance_section(glance, gathered_noise({name: run_dir / name for name in plan.by_experiment}))
+    write_text_atomic(run_dir / "report.html", render_index_html("harness auto run", text, head))
     write_json_atomic(run_dir / "run.json", {
         "experiments": {n: [c.id for c in chosen] for n, chosen in plan.by_experiment.items()},
         "unmatched": plan.unmatched, "left_out": left_out, "wall_s": time.perf_counter() - started})
@@ -292,8 +298,9 @@ def _planned_dtype(report: Report, card: Card, planned: list[ExperimentFacts], d
 def write_plan(report: Report, experiments: Mapping[str, ExperimentFacts], selected: list[Card], run_dir: Path,
                sha256: str, scopes: Mapping[str, Any] | None = None, *, unavailable: Mapping[str, str],
                predicted: Mapping[str, tuple[Prediction, float]] | None = None,
-               estimate: str | None = None, device: str = "cuda") -> str:
+               estimate: str | None = None, device: str = "cuda", selected_by: str = "this run's `cards=`") -> str:
     """plan.json and plan.md (`auto.plan_only=true`): what auto would run, for every card; nothing measured;
+    `selected_by`, what chose the selected cards (`cards=`, else auto.default_cards);
     `estimate`, the selected cards' wall time on this device (harness.run.estimate)."""
     entries = plan_entries(report, experiments, selected, scopes, unavailable=unavailable, device=device,
                            predicted=predicted)
@@ -307,7 +314,7 @@ def write_plan(report: Report, experiments: Mapping[str, ExperimentFacts], selec
              f"{covered} of {len(op_entries)} cards have at least one experiment"
              + (f" (and {chunks} chunk cards, each the op cards of one model part run together: cards=[their id] "
                 "runs them)" if chunks else "") + f"; {sum(e['selected'] for e in entries)} "
-             "are selected by this run's `cards=` (run them without `auto.plan_only=true`). Nothing was measured.", "",
+             f"are selected by {selected_by} (run them without `auto.plan_only=true`). Nothing was measured.", "",
              *([estimate, ""] if estimate else []),
              *left_out, *([""] if left_out else []),
              "Cards by the saving predicted in the model (its time there x the fraction the best configuration is "

@@ -82,7 +82,7 @@ def with_report_cards(report: Report, described: Described) -> Report:
 
 
 @dataclass(frozen=True)
-class _SetUp:
+class SetUp:
     """What a run is set up with before its first card: every check passed, nothing measured."""
 
     experiment: ExperimentFacts
@@ -98,7 +98,7 @@ _IMPORTED_WHILE_THE_WORKER_STARTS = ("scipy.special",)
 _IMPORTED_FOR_A_DATABASE = ("sqlalchemy.orm", "alembic.command", "alembic.migration")
 
 
-def _set_up(cfg: HarnessConfig, rules: RuleSet, worker: TrialWorker, storage: str) -> _SetUp:
+def set_up(cfg: HarnessConfig, rules: RuleSet, worker: TrialWorker, storage: str) -> SetUp:
     """The experiment, the report, the device, the cards and the profiler, each checked in that order;
     what needs torch is described by the worker (a Describe request), its errors raised here in order.
     `storage` (the run's URL) says whether the database layer is worth importing while the worker starts."""
@@ -142,7 +142,7 @@ def _set_up(cfg: HarnessConfig, rules: RuleSet, worker: TrialWorker, storage: st
     for note in derived.profiler_notes:
         warnings.warn(note, stacklevel=2)
         log.warning(note)
-    return _SetUp(experiment, report, cards, described, derived)
+    return SetUp(experiment, report, cards, described, derived)
 
 
 def execute(cfg: HarnessConfig, run_dir: Path) -> tuple[RunContext, list[CardOutcome]]:
@@ -158,12 +158,12 @@ def execute(cfg: HarnessConfig, run_dir: Path) -> tuple[RunContext, list[CardOut
     describing.spawn()  # torch's import in the child, while this process reads the report
     starts_before = len(describing.startups)  # the starts of a worker that served an earlier run are not this one's
     storage = cfg.search.storage or default_storage(run_dir)
-    setup = _set_up(cfg, rules, describing, storage)
+    setup = set_up(cfg, rules, describing, storage)
     # Hydra's, Optuna's and the report's objects (and SQLAlchemy's, with a database storage) live as long as the
     # run: frozen out of the collector, whose full collections walked them every time (0.3 s of the default CPU run).
     gc.freeze()
     experiment, cards, device, profiler = setup.experiment, setup.cards, setup.described.device, setup.derived.profiler
-    assert device is not None and profiler is not None  # _set_up raised their errors
+    assert device is not None and profiler is not None  # set_up raised their errors
     worker = worker_for(cfg, device)  # another one where the device it resolved takes other limits (CUDA)
     warn_unused_memory_limit(cfg, device)
     check_output_dir(run_dir)
@@ -192,6 +192,8 @@ def execute(cfg: HarnessConfig, run_dir: Path) -> tuple[RunContext, list[CardOut
     # What the run expects before it measures (harness.predict): predictions.json, scored as the cards finish.
     write_predictions(run_dir, predict_run(cfg, worker, [Planned(experiment, drawn, cards)], setup.report, device))
     per_card = plan_search(drawn, cfg.search).n_trials if drawn else 0
+    if (cut := trials_cut(cfg.search.n_trials, per_card if drawn else None)) is not None:
+        log.info(cut)  # once: "trial 1 of 3" with search.n_trials=30 would otherwise go unexplained
     ctx.progress = RunProgress(cards=len(cards), trials=per_card * len(cards)).open()
     try:
         outcomes = _run_cards(ctx, cards)
@@ -209,6 +211,15 @@ def execute(cfg: HarnessConfig, run_dir: Path) -> tuple[RunContext, list[CardOut
     # Once, at the end (it reads every card file and the studies), with run.json's environment and phases.
     write_page(run_dir)
     return ctx, outcomes
+
+
+def trials_cut(requested: int, planned: int | None) -> str | None:
+    """What a run says, once, where the space cut `search.n_trials` (each configuration is measured once); None
+    where it did not, or where nothing is searched (`planned` None)."""
+    if planned is None or planned >= requested:
+        return None
+    return (f"search.n_trials={requested} cut to {planned} per card: the drawable space has {planned} "
+            "configuration(s), each measured once")
 
 
 def _run_cards(ctx: RunContext, cards: list[Card]) -> list[CardOutcome]:

@@ -25,7 +25,10 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from harness.cards.model import write_text_atomic
+from harness.report.glance import Glance, gathered, gathered_noise
+from harness.report.glance_html import glance_section
 from harness.report.html import render_index_html
+from harness.report.next_steps import GPU, multirun_gpu_step
 from harness.run.provenance import run_name
 
 _SEPARATOR_ROW = re.compile(r"^\|(\s*:?-+:?\s*\|)+\s*$")
@@ -96,14 +99,15 @@ def read_job(sweep_dir: Path, folder: Path) -> Job:
     return Job(folder, overrides, experiment, status, table)
 
 
-def render_multirun_summary(sweep_dir: Path, jobs: list[Job]) -> str:
-    """summary.md of the sweep: a table of the jobs, then per job the rows of its own summary table."""
+def render_multirun_summary(sweep_dir: Path, jobs: list[Job], glance: Glance | None = None) -> str:
+    """summary.md of the sweep: its jobs at a glance, a table of the jobs, then per job the rows of its own summary
+    table."""
     # Overrides every job shares are said once; the table shows what sets each job apart.
     common = [o for o in jobs[0].overrides if all(o in job.overrides for job in jobs)] if len(jobs) > 1 else []
     lines = [f"# multirun: {len(jobs)} job(s)", "",
              (f"Sweep folder {_code(str(sweep_dir))}. Each job is a run of its own, in its own folder with its own "
               "outputs; below, each job's summary table (its times are that run's, measured apart from the other "
-              "jobs')."), ""]
+              "jobs')."), "", *(glance.markdown() if glance else [])]
     if common:
         lines += ["Overrides of every job: " + " ".join(_code(o) for o in common), ""]
     lines += ["| job | experiment | overrides | status | outputs |", "|---|---|---|---|---|"]
@@ -119,12 +123,26 @@ def render_multirun_summary(sweep_dir: Path, jobs: list[Job]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def sweep_overrides(sweep_dir: Path) -> list[str]:
+    """The sweep's own overrides as given (`experiment=a,b`), from the multirun.yaml Hydra writes in the folder."""
+    try:
+        found = OmegaConf.load(sweep_dir / "multirun.yaml").hydra.overrides.task
+    except Exception:  # absent or not Hydra's: the GPU step then names only the settings every run has
+        return []
+    return [str(o) for o in found]
+
+
 def write_multirun_summary(sweep_dir: Path) -> str:
     """Write summary.md and report.html over the sweep's jobs into `sweep_dir`; return the summary."""
     jobs = [read_job(sweep_dir, folder) for folder in find_jobs(sweep_dir)]
-    text = render_multirun_summary(sweep_dir, jobs)
+    folders = {job.folder.as_posix(): sweep_dir / job.folder for job in jobs}
+    glance = gathered(folders)  # each job's glance.json, its rows linking to the job's page
+    if any(step.kind == GPU for step in glance.next):  # one GPU sweep for the jobs' GPU runs
+        glance.next = [s for s in glance.next if s.kind != GPU] + [multirun_gpu_step(sweep_overrides(sweep_dir))]
+    text = render_multirun_summary(sweep_dir, jobs, glance)
     write_text_atomic(sweep_dir / "summary.md", text)
-    write_text_atomic(sweep_dir / "report.html", render_index_html(f"harness multirun: {sweep_dir}", text))
+    head = glance_section(glance, gathered_noise(folders))
+    write_text_atomic(sweep_dir / "report.html", render_index_html(f"harness multirun: {sweep_dir}", text, head))
     return text
 
 

@@ -1,4 +1,5 @@
-"""A run's outputs: baseline.json, best.json, tried.json, recipe.md, diff.md/json, summary.md, report.html."""
+"""A run's outputs: baseline.json, best.json, tried.json, recipe.md, diff.md/json, glance.json, summary.md,
+report.html."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from harness.cards.reproduce import CardReproduction, Reproduction, headline, re
 from harness.cards.rules import RuleSet, class_counts, rules_text
 from harness.cards.time_verdict import VERDICT_RULE_TEXT
 from harness.config.schema import experiment_of
+from harness.report.glance import Glance, glance_rows, write_glance
 from harness.report.html import write_run_html
+from harness.report.next_steps import next_steps, run_overrides
 from harness.report.overview import CardResult, render_end_to_end
 from harness.report.recipe import render_recipe
 from harness.run.predictions import calibration_lines, record_measured
@@ -30,6 +33,9 @@ from harness.run.state import CardOutcome, RunContext, baseline_only, same_band
 
 log = logging.getLogger("harness")
 REPRODUCTION_FILE = "reproduction.json"  # the baselines' reproduce verdicts, on a GPU (report.html reads it)
+# What a run folder holds when it is done, in the order the outputs line names them (those written).
+OUTPUT_FILES = ("summary.md", "report.html", "recipe.md", "diff.md", "diff.json", "glance.json", "baseline.json",
+                "best.json", "tried.json", "run.json", REPRODUCTION_FILE, "baseline_reproduction.md", "trials/")
 
 
 def _report(cards: list[Card], rules: RuleSet, scope: str) -> Report:
@@ -85,8 +91,25 @@ def write_outputs(ctx: RunContext, outcomes: list[CardOutcome]) -> ReportDiff:
         write_json_atomic(ctx.run_dir / REPRODUCTION_FILE, {"report_device": device,
                                                             "cards": [r.as_dict() for r in reproduced]})
     record_measured(ctx.run_dir, ctx.experiment.name, outcomes, ctx.report)  # predictions.json's measured rows
-    write_text_atomic(ctx.run_dir / "summary.md", render_summary(ctx, outcomes, diffs, reproduced))
+    glance = run_glance(ctx, outcomes, diffs, reproduced)
+    write_glance(ctx.run_dir, glance)
+    write_text_atomic(ctx.run_dir / "summary.md", render_summary(ctx, outcomes, diffs, reproduced, glance))
     return diff
+
+
+def run_glance(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[CardDiff],
+               reproduced: list[CardReproduction] | None) -> Glance:
+    """The run at a glance (harness.report.glance), from the results the end-to-end view reads."""
+    other_kernels = {r.card for r in reproduced or [] if r.verdict is Reproduction.OTHER_KERNELS}
+    confirmations = {o.card_id: o.confirmation for o in outcomes}
+    rows = glance_rows(card_results(ctx.experiment, outcomes, diffs, other_kernels), confirmations,
+                       reported_device(ctx.report, ctx.cfg.report_device))
+    return Glance(rows, next_steps(rows, ctx.experiment.name, ctx.device, run_overrides(ctx.run_dir)))
+
+
+def written_outputs(run_dir: Path) -> list[str]:
+    """The outputs the run folder holds, in OUTPUT_FILES' order."""
+    return [name for name in OUTPUT_FILES if (run_dir / name.rstrip("/")).exists()]
 
 
 def reproduction_of(ctx: RunContext, outcomes: list[CardOutcome]) -> list[CardReproduction] | None:
@@ -154,20 +177,21 @@ def _facts_text(value: Any) -> str:
 
 def _evidence_lines(label: str, card: Card) -> list[str]:
     variant = facts_not_in_tables(card)
-    lines = [f"- {label} variant facts: {_facts_text(variant)}"] if variant else []
+    lines = [f"- {label}'s facts: {_facts_text(variant)}"] if variant else []
     lines += [f"- {label} {key}: {_facts_text(value)}" for key, value in experiment_evidence(card).items()]
     return lines
 
 
 def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[CardDiff],
-                   reproduced: list[CardReproduction] | None = None) -> str:
+                   reproduced: list[CardReproduction] | None = None, glance: Glance | None = None) -> str:
     by_card = {d.card: d for d in diffs}
     nothing_searched = baseline_only(ctx.experiment)
     report_device = reported_device(ctx.report, ctx.cfg.report_device)
     # Why the run's profiler is not the one asked for (profiler=auto falling back from ncu), from run.py.
     fallback = [f"Profiler note: {note}" for note in ctx.environment.get("profiler_notes") or []]
     other = headline(reproduced or [])
-    lines = [f"# {ctx.experiment.name}", "", ctx.noise(outcomes).line(), "", *([f"**{other}**", ""] if other else []),
+    lines = [f"# {ctx.experiment.name}", "", ctx.noise(outcomes).line(), "", *(glance.markdown() if glance else []),
+             *([f"**{other}**", ""] if other else []),
              f"Hypothesis: {ctx.experiment.hypothesis}", "",
              f"Device: {ctx.environment.get('device_name')} ({ctx.device}); profiler: {ctx.profiler}", "",
              *fallback, *([""] if fallback else []), *_reproduction_lines(reproduced), *_dtype_lines(outcomes),
@@ -207,7 +231,7 @@ def render_summary(ctx: RunContext, outcomes: list[CardOutcome], diffs: list[Car
     for o in outcomes:
         lines += [f"- `{o.card_id}` {line[2:]}" for line in _evidence_lines("baseline", o.baseline)]
         if o.tried is not None:
-            lines += [f"- `{o.card_id}` {line[2:]}" for line in _evidence_lines("variant", o.tried)]
+            lines += [f"- `{o.card_id}` {line[2:]}" for line in _evidence_lines(f"variant {o.tried_variant}", o.tried)]
         for title, entries in (("skipped", o.skipped),
                                ("infeasible (its output off the float64 reference, or a check of the harness refused "
                                 "it; never best)", o.infeasible),

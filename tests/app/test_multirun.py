@@ -58,12 +58,17 @@ def test_first_table_is_the_header_separator_and_rows():
 
 @pytest.mark.slow
 def test_a_multirun_over_two_experiments_gets_one_summary_in_the_sweep_folder(tmp_path):
+    # The README's example with the default sweep folder (no hydra.sweep.dir): a folder named by the swept
+    # experiment put each job elsewhere, and the sweep's page listed one of the two.
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "--multirun", "experiment=vae_channels_last,vae_bf16", f"cards=[{CARD}]",
-         f"hydra.sweep.dir={tmp_path}", *TINY],
-        capture_output=True, text=True, timeout=600,
+         *TINY],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    sweeps = list((tmp_path / "multirun").iterdir())
+    assert len(sweeps) == 1, sweeps  # one sweep, one folder
+    tmp_path = sweeps[0]
     for job in ("0", "1"):
         assert (tmp_path / job / "summary.md").exists() and (tmp_path / job / "report.html").exists()
     summary = (tmp_path / "summary.md").read_text()
@@ -77,3 +82,8 @@ def test_a_multirun_over_two_experiments_gets_one_summary_in_the_sweep_folder(tm
     assert '<a href="0/report.html">report.html</a>' in page and '<a href="1/report.html">report.html</a>' in page
     assert f"<td><code>{CARD}</code></td>" in page
     assert f"multirun summary: {tmp_path.resolve() / 'summary.md'}" in proc.stdout
+    # Both jobs at a glance, first: a row each, linking to its job's page.
+    glance = page.split('<section id="at-a-glance">')[1].split("</section>")[0]
+    assert page.index('<section id="at-a-glance">') < page.index("<table>")
+    assert '<a href="0/report.html">0</a>' in glance and '<a href="1/report.html">1</a>' in glance
+    assert "vae_channels_last" in glance and "vae_bf16" in glance

@@ -89,11 +89,12 @@ def test_run_page_has_a_section_per_card_with_plots_and_facts(run_dir: Path, run
     diff = json.loads((run_dir / "diff.json").read_text())
     assert page.count('<section class="card"') == len(baseline.cards) == 1
     assert f'id="card-{CARD}"' in page and f'href="#card-{CARD}"' in page
-    # kernel bars, roofline, optimization history, importances: four inline SVGs, no <img>
+    # the forest plot at a glance, kernel bars, roofline, optimization history: four inline SVGs, no <img>
     assert page.count("<svg") >= 4 and "<img" not in page
     assert "Roofline: achieved FLOP/s" in page and "no device peaks" not in page  # the CPU run records its peaks
     assert "Optimization history of study" in page and f"vae_channels_last:{CARD}" in page
-    assert "Parameter importances" in page
+    # One parameter varies (the variant): no importance bar, "1 by construction", but the reason.
+    assert "no parameter importances" in page and "1 parameter(s) varying (variant" in page
     d = diff["cards"][0]
     assert d["timing_verdict"] in page and d["verdict"] in page
     assert html.escape(d["class_transition"]) in page and " -> " in d["class_transition"]  # one source, one machine
@@ -104,6 +105,33 @@ def test_run_page_has_a_section_per_card_with_plots_and_facts(run_dir: Path, run
     for family in d["kernels_added"]:
         assert re.search(rf'<tr class="added"><td><code>{re.escape(family)}</code>', page), family
     assert "summary.md" in page
+
+
+@pytest.mark.slow
+def test_the_page_and_the_summary_open_on_the_run_at_a_glance(run_dir: Path, run_page: Path) -> None:
+    """What won, by how much, how sure and what next, first: before any table, and in summary.md's first lines."""
+    body = run_page.read_text(encoding="utf-8").split("<body>", 1)[1]
+    assert body.index('<section id="at-a-glance">') < body.index("<table")
+    glance = body.split('<section id="at-a-glance">', 1)[1].split("</section>", 1)[0]
+    row = json.loads((run_dir / "diff.json").read_text())["cards"][0]
+    assert f"<code>{CARD}</code>" in glance and f">{row['timing_verdict']}<" in glance
+    assert '<div id="noise"' in glance and "<svg" in glance  # the noise verdict and the forest plot
+    assert "<pre><code>python -m harness experiment=vae_channels_last" in glance
+    assert "device=cuda profiler=ncu" in glance  # the GPU run that measures what this CPU cannot
+    assert '<details id="run">' in body and body.index("</section>") < body.index('<details id="run">')
+    head = (run_dir / "summary.md").read_text().splitlines()[:15]
+    assert any(line.startswith(f"- `{CARD}`: ") and row["timing_verdict"] in line for line in head), head
+    # Unknown is never zero: on a CPU no saving is projected, and none reads 0.
+    summary = (run_dir / "summary.md").read_text().split("## End to end")[1]
+    saves = [line.split("|")[-2].strip() for line in summary.splitlines() if line.startswith("| `")]
+    stages = [line.split("|")[5:8] for line in summary.splitlines() if line.startswith("| 480x832 |")]
+    assert saves and all(cell.startswith("n/a (not projected: measured on ") for cell in saves)
+    assert stages and all(cell.strip().startswith("n/a") for cells in stages for cell in cells)
+    assert '<section id="end-to-end">' in body and '<section id="recipe">' in body  # rendered, not raw Markdown
+    glance_file = json.loads((run_dir / "glance.json").read_text())
+    assert glance_file["rows"][0]["saving_us"] is None and glance_file["rows"][0]["saving_why"]
+    # search.n_trials (16 by default) cut to the space's 3 variants: said once, in the run's log
+    assert (run_dir / "__main__.log").read_text().count("search.n_trials=16 cut to 3 per card") == 1
 
 
 @pytest.mark.slow
@@ -143,10 +171,11 @@ def _trial(state: optuna.trial.TrialState, variant: str, value: float | None = N
     "trials, expected",
     [
         ([], ["the study has no trials", "baseline only"]),
-        ([("COMPLETE", "a", 5.0)], ["not enough trials", "1 completed"]),
-        ([("COMPLETE", "a", 5.0), ("COMPLETE", "a", 6.0)], ["not enough trials", "0 parameter(s) varying"]),
-        ([("PRUNED", "a", None), ("PRUNED", "b", None)], ["no feasible variant (2 infeasible)", "not enough trials"]),
-        ([("COMPLETE", "a", 5.0), ("COMPLETE", "b", 4.0)], ["Parameter importances", "fANOVA over 2"]),
+        ([("COMPLETE", "a", 5.0)], ["no parameter importances", "1 completed"]),
+        ([("COMPLETE", "a", 5.0), ("COMPLETE", "a", 6.0)], ["no parameter importances", "0 parameter(s) varying"]),
+        ([("PRUNED", "a", None), ("PRUNED", "b", None)],
+         ["no feasible variant (2 infeasible)", "no parameter importances"]),
+        ([("COMPLETE", "a", 5.0), ("COMPLETE", "b", 4.0)], ["no parameter importances", "1 parameter(s) varying"]),
     ],
 )
 def test_studies_of_every_size_render(tmp_path: Path, seed_report: Report, trials, expected) -> None:
@@ -167,7 +196,7 @@ def test_a_folder_made_before_the_journal_shows_its_sqlite_studies(tmp_path: Pat
     study = optuna.create_study(study_name=name, storage=f"sqlite:///{run_dir / 'optuna.db'}")
     study.add_trial(_trial(optuna.trial.TrialState.COMPLETE, "a", 5.0))
     page = render_run_html(run_dir)
-    assert "not enough trials" in page and "1 completed" in page and "optuna.db" in page
+    assert "no parameter importances" in page and "1 completed" in page and "optuna.db" in page
 
 
 @pytest.mark.parametrize("name, text", [("optuna.db", "not a database"), ("optuna.log", "not\na journal\n")])

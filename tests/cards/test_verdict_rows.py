@@ -93,18 +93,20 @@ def test_the_end_to_end_view_projects_only_wins_measured_on_the_report_gpu_at_sc
     declared = reported_device(seed_report)  # H200, as the shipped report's declaration says
     on_cpu = render_end_to_end(seed_report, [CardResult(report_card, "planted", "once", row, measured=base)],
                                measured_on="a CPU", report_device=declared)
-    assert "| not projected |" in on_cpu and "not the report's H200" in on_cpu
+    # Unknown is never zero: the card's saving and its stage's read n/a with why.
+    assert "| n/a (not projected: measured on " in on_cpu and "not the report's H200) |" in on_cpu
+    assert "| 0.0 |" not in on_cpu.split("| resolution |")[0] and "| 0.0% |" not in on_cpu
     _, h200_base, h200_tried, _ = _pair(seed_report, 2.0, device="NVIDIA H200", scale=1.0, source="ncu")
     h200_row = diff_cards(h200_base, h200_tried, adopted=True)
     on_h200 = render_end_to_end(seed_report, [CardResult(report_card, "planted", "once", h200_row,
                                                          measured=h200_base)], measured_on="an H200",
                                 report_device=declared)
     saved = report_card.summed_kernel_us * (1 - 1 / h200_row.speedup)
-    assert f"| {saved:.1f} |" in on_h200 and "| not projected |" not in on_h200, on_h200
+    assert f"| {saved:.1f} |" in on_h200 and "not projected" not in on_h200, on_h200
     unnamed = render_end_to_end(seed_report, [CardResult(report_card, "planted", "once", h200_row,
                                                          measured=h200_base)], measured_on="an H200",
                                 report_device=None)
-    assert "| not projected |" in unnamed and "the report names no GPU: set report_device" in unnamed
+    assert "| n/a (not projected: the report names no GPU: set report_device) |" in unnamed
 
 
 # -- one quantity, one number: each time says what it is ------------------------------------------------
