@@ -18,10 +18,6 @@ from typing import Any, NoReturn, Sequence
 
 from harness.cards.cells import fmt, shorten
 from harness.cards.checks import CheckError
-from harness.cards.diff import diff_reports
-from harness.cards.diff_markdown import render_markdown
-from harness.cards.diff_rows import ReportDiff
-from harness.cards.diff_sides import comparison_note, side_name
 from harness.cards.fields import UNRESOLVED
 from harness.cards.findings import SEVERITIES, exit_status
 from harness.cards.launches import invocation_text, launches
@@ -44,8 +40,8 @@ from harness.cards.model import (
 from harness.cards.reproduce import reported_device, reproduce
 from harness.cards.rules import RuleSet, classify_report, undecided
 from harness.errors import HarnessError
+from harness.report.diff_command import DiffError, cmd_diff
 from harness.report.ncu_lines import kernel_lines
-from harness.report.run_sides import SideError, resolve_sides
 
 EXIT_BAD_INPUT = 2
 CORRECTED = "*"  # marks a value `show` prints from the normalized view that differs from the stored one
@@ -264,51 +260,6 @@ def _show_card(stored: Card, card: Card, result: LintResult) -> None:
             print("  " + finding_line(finding))
 
 
-def _cmd_diff(args: argparse.Namespace) -> int:
-    rules = RuleSet()
-    (before_path, before_read), (after_path, after_read) = resolve_sides(args.before, args.after)
-    if (before_path, after_path) != (Path(args.before), Path(args.after or "")):  # a run folder: say what was read
-        print(f"before: {before_read}\nafter: {after_read}", file=sys.stderr)  # stderr: stdout is the diff
-    args.before, args.after = str(before_path), str(after_path)
-    before = _reclassified(load_report(args.before), rules)
-    after = _reclassified(load_report(args.after), rules)
-    # The side whose cards record no environment is a report's: judged where that report says it was profiled.
-    device = args.report_device or reported_device(before) or reported_device(after)
-    diff = diff_reports(before, after, report_device=device)
-    if not diff.cards:
-        raise CliError(f"{args.before} and {args.after} share no card id; nothing to compare")
-    # Named by each side's folder, experiment and variant: two best.json files are otherwise indistinguishable.
-    title = f"{side_name(before, args.before)} vs {side_name(after, args.after)}"
-    note = comparison_note(before, after)
-    markdown = render_markdown(diff, title, note)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(markdown, encoding="utf-8")
-    if args.html:
-        _write_diff_html(diff, before, after, args, title, note)
-    if args.json:
-        print(json.dumps({"title": title, "comparison": note, **diff.as_dict()}, indent=1))
-    else:
-        print(markdown)
-    return 0
-
-
-def _write_diff_html(diff: ReportDiff, before: Report, after: Report, args: argparse.Namespace, title: str,
-                     note: str) -> None:
-    from harness.report.html import render_diff_html  # matplotlib: only when asked
-
-    target = Path(args.html)
-    if target.is_dir():  # before rendering: a page of many cards takes seconds
-        raise CliError(f"{target}: is a directory; give a file name, e.g. {target / 'diff.html'}")
-    page = render_diff_html(diff, before, after, title=title, note=note)
-    try:
-        write_text_atomic(target, page)
-    except (FileExistsError, NotADirectoryError):
-        raise CliError(f"{target}: cannot write the HTML report (a parent of it is a file, not a folder)") from None
-    except OSError as exc:
-        raise CliError(f"{target}: cannot write the HTML report ({exc.strerror or exc})") from None
-
-
 def _standard_json(report: Report) -> str:
     """The report as standard JSON: NaN and Infinity are not JSON (JSON.parse refuses them), so one is an error."""
     try:
@@ -411,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also write a self-contained HTML page (plots inline, no network)")
     diff.add_argument("--report-device", help="where a side's report cards were profiled (default: what that "
                       "report says: its declaration, or the device its capture ran on)")
-    diff.set_defaults(run=_cmd_diff)
+    diff.set_defaults(run=cmd_diff)
 
     rep = sub.add_parser("reproduce", help="did a measured baseline run the report's kernels at its speed? "
                          "REPRODUCED / OTHER_KERNELS / OTHER_SPEED / NOT_COMPARABLE per card")
@@ -455,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _resolve_show_args(args)
     try:
         return int(args.run(args))
-    except (ReportError, CliError, CheckError, SideError) as exc:
+    except (ReportError, CliError, CheckError, DiffError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:
