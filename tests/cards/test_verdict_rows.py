@@ -155,7 +155,7 @@ def test_the_row_names_the_interval_and_the_band_that_decided(seed_report):
     text = render_markdown(ReportDiff([row], [], []))
     assert (f"| {verdict.speedup:.2f}x [{lo:.2f}, {hi:.2f}] | SLOWER (whole 95% CI below the SAME band "
             f"[0.952, 1.05]) |") in text
-    assert "Student's t on the mean of the rounds' log ratios" in text
+    assert "Student's t on the mean of their log ratios" in text and "lower quartile of its samples" in text
 
 
 def test_an_interval_across_a_band_edge_says_so(seed_report):

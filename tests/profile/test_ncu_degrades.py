@@ -22,6 +22,7 @@ from harness.profile.ncu import command, probe
 from harness.profile.ncu.failures import NcuFailure, detect
 from harness.profile.ncu.importer import cards_from_ncu
 from harness.profile.ncu.metrics import SENTINEL_METRIC, is_attribute, metrics_for, resolve_metrics
+from harness.run.noise import judge_noise
 from harness.run.outputs import render_summary
 
 VERSION_OUTPUT = """\
@@ -296,12 +297,13 @@ def test_auto_without_ncu_and_a_probe_past_its_deadline(
     assert not outcome.ok and outcome.failure is not None and outcome.failure.code == "deadline_exceeded"
 
 
-def test_the_fallback_note_is_in_summary_md() -> None:
+def test_the_fallback_note_is_in_summary_md(tmp_path: Path) -> None:
     note = "ncu at /x/ncu cannot profile here (profiler_unavailable: ... LibraryNotLoaded ...); " + registry.FALLBACK
     ctx = SimpleNamespace(
         experiment=SimpleNamespace(name="exp", hypothesis="h", variants={"a": None}, check=None),
         environment={"device_name": "NVIDIA H200", "profiler_notes": [note]}, device="cuda",
         profiler="torch_cuda", not_drawn={}, report=load_report(), cfg=SimpleNamespace(report_device="H200"),
+        noise=lambda outcomes: judge_noise(None, []), run_dir=tmp_path,
     )
     text = render_summary(ctx, [], [])  # type: ignore[arg-type]
     assert f"Profiler note: {note}" in text.splitlines()
