@@ -31,6 +31,7 @@ from harness.report.html_parts import Num, esc, html_table
 from harness.report.plots import BEFORE_COLOR, plain, svg
 from harness.search.errors import SearchError
 from harness.search.storage import make_storage
+from harness.search.study import REPEAT_KEY
 
 LIBRARY_LOG = logging.getLogger("harness.library")  # what a library warns: the run's log file, not the terminal
 IMPORTANCE_METHOD = "PED-ANOVA (optuna.importance.PedAnovaImportanceEvaluator, Optuna's default)"
@@ -109,7 +110,8 @@ def _study_of(card: Card, names: set[str], storage: BaseStorage) -> StudyView:
 
 def missing_reason(study: StudyView | None) -> str:
     """Why a card has no variant tried: its study tells a failed search from a baseline-only experiment."""
-    trials = study.trials if study else []
+    # A repeat was answered from its earlier trial (harness.search.repeats): it is not a try of its own.
+    trials = [t for t in study.trials if REPEAT_KEY not in t.system_attrs] if study else []
     if not trials:
         return "baseline only: no variant was searched for this card"
     counts: dict[str, int] = {}
