@@ -26,8 +26,9 @@ from harness.capture.pipeline import (
     thread_overrides,
 )
 from harness.capture.recorder import MAX_FORWARDS, SETTLE_S
+from harness.cards.atomic import write_json_atomic, write_text_atomic
 from harness.cards.labels import class_label
-from harness.cards.model import CAPTURE_KEY, ReportError, load_report, write_json_atomic, write_text_atomic
+from harness.cards.model import CAPTURE_KEY, ReportError, load_report
 from harness.errors import HarnessError
 
 EXIT_BAD_INPUT = 2

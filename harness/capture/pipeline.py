@@ -19,7 +19,8 @@ from harness.capture.factory import CaptureError, LoadedModel, load_factory, pla
 from harness.capture.profiling import Profiled, merge_profile, profile_cards
 from harness.capture.recorder import ROOT_STAGE, SETTLE_S, Group, Recorded, record_forward
 from harness.capture.writer import Kept, card_of, save_inputs
-from harness.cards.model import CAPTURE_KEY, DEVICE_KEY, Report, save_report, write_json_atomic
+from harness.cards.atomic import write_json_atomic
+from harness.cards.model import CAPTURE_KEY, DEVICE_KEY, Report, save_report
 from harness.cards.rules import RuleSet, class_counts, rules_text
 from harness.profile.timing import WarmUp
 from harness.profile.timing import warm_up as warm_up_until_stable

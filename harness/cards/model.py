@@ -11,12 +11,12 @@ import copy
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from harness.cards.atomic import write_text_atomic
 from harness.cards.fields import METRIC_FIELDS
 from harness.cards.ids import derive_card_id, id_stem, op_kind, similar_ids
 from harness.errors import HarnessError
@@ -426,29 +426,6 @@ def _declared_beside(target: Path) -> dict[str, Any]:
     if not isinstance(declared, dict):
         raise ReportError(f"{sidecar}: a declaration is an object with '{DEVICE_KEY}' and '{PRECISION_KEY}'")
     return {k: declared[k] for k in (DEVICE_KEY, PRECISION_KEY) if k in declared}
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write so that a reader (or a browser reloading a page) never sees a half-written file, even if
-    we are killed mid-write: a temporary file beside it, synced, then renamed over it."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; outputs are for whoever can read the run
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
-
-
-def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
-    return write_text_atomic(path, json.dumps(obj, indent=1) + "\n")
 
 
 def save_report(report: Report, path: str | os.PathLike[str]) -> Path:  # standard JSON: a NaN raises ValueError

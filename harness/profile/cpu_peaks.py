@@ -317,7 +317,7 @@ def _read_cache(path: Path, key: dict[str, Any]) -> CpuPeaks | None:
 
 
 def _write_cache(path: Path, peaks: CpuPeaks) -> None:
-    from harness.cards.model import write_json_atomic
+    from harness.cards.atomic import write_json_atomic
 
     try:
         write_json_atomic(path, {"schema": SCHEMA, "key": peaks.key(), "peaks": peaks.as_dict()})

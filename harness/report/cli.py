@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
+from harness.cards.atomic import write_text_atomic
 from harness.cards.cells import fmt, shorten
 from harness.cards.checks import CheckError
 from harness.cards.fields import UNRESOLVED
@@ -30,13 +31,7 @@ from harness.cards.measures import (
     kernel_sum_us,
     timing_median_us,
 )
-from harness.cards.model import (
-    Card,
-    Report,
-    ReportError,
-    load_report,
-    write_text_atomic,
-)
+from harness.cards.model import Card, Report, ReportError, load_report
 from harness.cards.reproduce import reported_device, reproduce
 from harness.cards.rules import RuleSet, classify_report, undecided
 from harness.errors import HarnessError

@@ -15,12 +15,13 @@ import json
 import sys
 from pathlib import Path
 
+from harness.cards.atomic import write_text_atomic
 from harness.cards.diff import diff_reports
 from harness.cards.diff_markdown import render_markdown
 from harness.cards.diff_rows import ReportDiff
 from harness.cards.diff_sides import comparison_note, side_name
 from harness.cards.lint import lint_report
-from harness.cards.model import Report, load_report, write_text_atomic
+from harness.cards.model import Report, load_report
 from harness.cards.reproduce import reported_device
 from harness.cards.rules import RuleSet, classify_report
 from harness.errors import HarnessError

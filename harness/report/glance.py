@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from harness.cards.atomic import write_json_atomic
 from harness.cards.diff_markdown import interval_text
 from harness.cards.measures import time_in_model
-from harness.cards.model import write_json_atomic
 from harness.report.next_steps import GPU, NextStep, gpu_step, run_overrides
 from harness.report.overview import CardResult
 from harness.report.savings import NOT_APPLICABLE, card_saving

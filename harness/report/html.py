@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from harness.cards.atomic import write_text_atomic
 from harness.cards.cells import fmt, shorten
 from harness.cards.diff_markdown import (
     basis_header,
@@ -37,7 +38,7 @@ from harness.cards.measures import (
     card_time_us,
     time_basis,
 )
-from harness.cards.model import Card, Report, write_text_atomic
+from harness.cards.model import Card, Report
 from harness.cards.time_verdict import VERDICT_RULE_TEXT
 from harness.report.bars import bars_source, disagreement
 from harness.report.calibration import calibration_section

@@ -17,19 +17,13 @@ from typing import Any, Callable, Mapping
 
 from harness.boundary.replies import Described, ExperimentFacts
 from harness.boundary.requests import Describe
+from harness.cards.atomic import write_json_atomic, write_text_atomic
 from harness.cards.dtype import CardDtype, DtypeError, card_dtype, declared_rules
 from harness.cards.fields import UNRESOLVED
 from harness.cards.ids import CHUNK_OP_KINDS
 from harness.cards.lint import lint_report
 from harness.cards.measures import TimeInModel, time_in_model, time_sources
-from harness.cards.model import (
-    Card,
-    Report,
-    load_report,
-    renamed_id_lines,
-    write_json_atomic,
-    write_text_atomic,
-)
+from harness.cards.model import Card, Report, load_report, renamed_id_lines
 from harness.cards.reproduce import Reproduction, reported_device
 from harness.cards.rules import classify_report
 from harness.config.schema import AUTO, ExperimentConfig, HarnessConfig, experiment_of

@@ -21,8 +21,9 @@ import optuna
 from harness.boundary.replies import Described, ExperimentFacts
 from harness.boundary.requests import Describe
 from harness.boundary.spec import TimingSettings
+from harness.cards.atomic import write_json_atomic
 from harness.cards.lint import lint_report
-from harness.cards.model import Card, Report, load_report, parse_report, write_json_atomic
+from harness.cards.model import Card, Report, load_report, parse_report
 from harness.cards.rules import RuleSet, classify_report
 from harness.config.schema import HarnessConfig, experiment_of, plain
 from harness.config.validate import check_output_dir, validate_config

@@ -24,7 +24,7 @@ from urllib.parse import quote
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from harness.cards.model import write_text_atomic
+from harness.cards.atomic import write_text_atomic
 from harness.report.glance import Glance, gathered, gathered_noise
 from harness.report.glance_html import glance_section
 from harness.report.html import render_index_html

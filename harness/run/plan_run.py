@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from harness.cards.atomic import write_json_atomic, write_text_atomic
 from harness.cards.measures import time_in_model
-from harness.cards.model import write_json_atomic, write_text_atomic
 from harness.config.schema import HarnessConfig, experiment_of
 from harness.run.estimate import estimate_line
 from harness.run.execute import rules_of, set_up, trials_cut

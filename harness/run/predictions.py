@@ -19,8 +19,9 @@ from typing import Any, Mapping, Sequence
 
 from harness.boundary.replies import ExperimentFacts
 from harness.boundary.requests import Describe
+from harness.cards.atomic import write_json_atomic
 from harness.cards.dtype import DtypeError, card_dtype, declared_rules
-from harness.cards.model import Card, Report, write_json_atomic
+from harness.cards.model import Card, Report
 from harness.cards.reproduce import reported_device
 from harness.config.schema import HarnessConfig, experiment_of
 from harness.errors import HarnessError

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness.cards.model import default_report_path, write_json_atomic
+from harness.cards.atomic import write_json_atomic
+from harness.cards.model import default_report_path
 from harness.config.schema import AUTO, is_auto
 from harness.errors import HarnessError
 from harness.search.storage import RUN_DATABASE

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from harness.cards.model import Report, ReportError, load_report, save_report, write_json_atomic, write_text_atomic
+from harness.cards.atomic import write_json_atomic, write_text_atomic
+from harness.cards.model import Report, ReportError, load_report, save_report
 from harness.search import describe_url
 
 if TYPE_CHECKING:
