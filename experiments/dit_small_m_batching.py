@@ -43,7 +43,8 @@ from harness.api.optional import install_hint
 from harness.api.peaks import card_peaks
 from harness.cards.fields import DRAM_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL
 from harness.cards.measures import dram_bytes
-from harness.workloads.base import Workload, WorkloadError, dtype_name, element_size
+from harness.workloads.base import Workload
+from harness.workloads.params import WorkloadError, dtype_name, element_size
 
 EXPERIMENT = Experiment(
     name="dit_small_m_batching",

@@ -47,7 +47,8 @@ import torch
 from harness.api.experiment import Experiment, Prepared, VariantSkipped
 from harness.api.optional import install_hint
 from harness.cards.fields import DRAM_BANDWIDTH_BOUND, LATENCY_OR_OCCUPANCY_LIMITED, UNRESOLVED
-from harness.workloads.base import Workload, parse_dtype
+from harness.workloads.base import Workload
+from harness.workloads.params import parse_dtype
 
 EXPERIMENT = Experiment(
     name="output_cast",

@@ -22,7 +22,8 @@ from torch.overrides import TorchFunctionMode
 from experiments.vae_bf16 import LowPrecision, _cpu_has_bf16_math
 from harness.api.chunks import attribute
 from harness.api.experiment import Experiment, Prepared, VariantSkipped
-from harness.workloads.base import Workload, dtype_name, parse_dtype
+from harness.workloads.base import Workload
+from harness.workloads.params import dtype_name, parse_dtype
 
 EXPERIMENT = Experiment(
     name="vae_decode_chunk",

@@ -41,7 +41,8 @@ from harness.api.peaks import compute_peak, sm_count
 from harness.api.tiles import TileConfig, executed_flops, tile_count, waves
 from harness.api.triton_support import check_launchable, first_launch
 from harness.cards.fields import COMPUTE_BOUND, L2_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL
-from harness.workloads.base import Workload, dtype_name, element_size, parse_dtype
+from harness.workloads.base import Workload
+from harness.workloads.params import dtype_name, element_size, parse_dtype
 
 EXPERIMENT = Experiment(
     name="dit_gemm_tiles",

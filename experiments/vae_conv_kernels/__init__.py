@@ -56,8 +56,9 @@ from harness.api.triton_support import check_launchable, first_launch
 from harness.cards.card_check import executed_over_nominal
 from harness.cards.fields import COMPUTE_BOUND, L2_BANDWIDTH_BOUND, PARTIAL_WAVE_TAIL, UNRESOLVED
 from harness.cards.measures import sum_metric
-from harness.workloads.base import Workload, WorkloadError, element_size
+from harness.workloads.base import Workload
 from harness.workloads.frames import calls_on_dim0
+from harness.workloads.params import WorkloadError, element_size
 
 EXPERIMENT = Experiment(
     name="vae_conv_kernels",

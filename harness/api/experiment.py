@@ -33,7 +33,8 @@ from harness.api.numerics import CorrectnessError, unit_roundoff
 from harness.api.optional import needs_module
 from harness.boundary.replies import ExperimentError, ParamDomain, check_space_params
 from harness.cards.applied import RoundError
-from harness.workloads.base import Workload, WorkloadError, parse_dtype, parse_layout
+from harness.workloads.base import Workload
+from harness.workloads.params import WorkloadError, parse_dtype, parse_layout
 
 # What a variant may carry for an input (`Prepared.carries`), for a later round's variants to start from
 # (harness.trial.rounds.carry does it to the inputs).

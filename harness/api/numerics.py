@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import torch
 
 from harness.errors import CorrectnessError
-from harness.workloads.base import WorkloadError, dtype_name, parse_dtype
+from harness.workloads.params import WorkloadError, dtype_name, parse_dtype
 
 __all__ = ["TF32", "CorrectnessError", "cudnn_conv_tf32", "precision_name", "storage_dtype", "unit_roundoff"]
 

@@ -30,7 +30,7 @@ from harness.hardware.cpu_load import load_between, snapshot
 from harness.profile.timing import time_cpu
 from harness.trial.paired_rounds import PairedRounds, SideTiming, competition, run_rounds
 from harness.trial.rounds import RoundError, applied_of
-from harness.workloads.base import parse_dtype
+from harness.workloads.params import parse_dtype
 
 _FORMATS = {"channels_last_3d": (torch.channels_last_3d, 5), "channels_last": (torch.channels_last, 4)}
 

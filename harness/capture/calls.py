@@ -26,8 +26,8 @@ import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten
 
 from harness.cards.ids import REPLAY
-from harness.workloads.base import dtype_name
 from harness.workloads.call_codec import NotEncodable, describe_tensor, encode, qualified_name
+from harness.workloads.params import dtype_name
 
 CAST = "aten.to.dtype"
 _CASTS = {torch.Tensor.float: torch.float32, torch.Tensor.half: torch.float16,

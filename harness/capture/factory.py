@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from harness.errors import HarnessError
-from harness.workloads.base import WorkloadError, parse_dtype
+from harness.workloads.params import WorkloadError, parse_dtype
 
 
 class CaptureError(HarnessError):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.boundary.replies import ExperimentFacts
+from harness.cards.atomic import write_json_atomic, write_text_atomic
 from harness.cards.cells import fmt_noisy
 from harness.cards.chunk_breakdown import attach_op_breakdowns
 from harness.cards.diff import diff_cards
@@ -18,7 +19,7 @@ from harness.cards.dtype import DEFAULT as DEFAULT_DTYPE
 from harness.cards.labels import transition
 from harness.cards.measured import experiment_evidence, facts_not_in_tables
 from harness.cards.measures import TIMING_BASIS, card_time_us
-from harness.cards.model import Card, Report, renamed_id_lines, save_report, write_json_atomic, write_text_atomic
+from harness.cards.model import Card, Report, renamed_id_lines, save_report
 from harness.cards.reproduce import CardReproduction, Reproduction, headline, reported_device, reproduce
 from harness.cards.rules import RuleSet, class_counts, rules_text
 from harness.cards.time_verdict import VERDICT_RULE_TEXT

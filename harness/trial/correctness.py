@@ -118,7 +118,7 @@ import torch
 from harness.api.numerics import TF32, precision_name, storage_dtype, unit_roundoff
 from harness.boundary.spec import CorrectnessRule
 from harness.trial.precision import Observed
-from harness.workloads.base import dtype_name
+from harness.workloads.params import dtype_name
 
 ACCUMULATOR = torch.float32  # what the kernels accumulate lowered-precision products in
 

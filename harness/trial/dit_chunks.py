@@ -34,7 +34,7 @@ from harness.cards.chunk_breakdown import chunk_card
 from harness.cards.measures import kernel_sum_us
 from harness.cards.model import Card, Report
 from harness.workloads.attention import AttentionConfig, queries_for_resolution
-from harness.workloads.base import WorkloadError, decode_parameters, parse_resolution
+from harness.workloads.base import parse_resolution
 from harness.workloads.dit_block import KIND as DIT_BLOCK
 from harness.workloads.dit_block import (
     ULYSSES_RANKS,
@@ -42,6 +42,7 @@ from harness.workloads.dit_block import (
     block_linears,
     plan,
 )
+from harness.workloads.params import WorkloadError, decode_parameters
 
 
 def _attention_params(card: Card) -> dict[str, Any] | None:

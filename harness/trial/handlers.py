@@ -33,7 +33,7 @@ def measure(server: Server, state: CardState, request: Measure) -> Measured:
     from harness.cards.model import Report, save_report
     from harness.trial.correctness import Correctness, coarsest, judge_baseline
     from harness.trial.measure import measure_prepared
-    from harness.workloads.base import dtype_name
+    from harness.workloads.params import dtype_name
 
     spec = state.spec
     t0 = time.perf_counter()
@@ -234,7 +234,7 @@ def on_card(server: Server, handler: Callable[[Server, CardState, C], Reply]) ->
 
     def answer(request: C) -> Reply:
         from harness.api.experiment import VariantSkipped
-        from harness.workloads.base import WorkloadError
+        from harness.workloads.params import WorkloadError
 
         stage, references_before = "setup", server.references_s()
         try:

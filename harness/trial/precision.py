@@ -32,7 +32,8 @@ from torch.utils._pytree import tree_flatten
 
 from harness.api.numerics import TF32, CorrectnessError, precision_name, storage_dtype, unit_roundoff
 from harness.cards.ids import CHUNK_OP_KINDS
-from harness.workloads.base import CallBatch, Workload, dtype_name
+from harness.workloads.base import CallBatch, Workload
+from harness.workloads.params import dtype_name
 
 _TF32_DROPPED_BITS = 13  # float32 keeps 23 fraction bits, TF32 10
 

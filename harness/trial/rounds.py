@@ -19,7 +19,8 @@ import dataclasses
 from typing import Any, Iterable, Sequence
 
 from harness.cards.applied import APPLIED_KEY, AppliedVariant, RoundError, adopted_by_card, applied_entry, applied_of
-from harness.workloads.base import MEMORY_FORMATS, Workload, WorkloadError, parse_dtype, parse_layout
+from harness.workloads.base import Workload
+from harness.workloads.params import MEMORY_FORMATS, WorkloadError, parse_dtype, parse_layout
 
 __all__ = ["APPLIED_KEY", "AppliedVariant", "RoundError", "adopted_by_card", "applied_entry", "applied_of", "carry",
            "round_baseline"]

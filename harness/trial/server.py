@@ -121,7 +121,7 @@ class Server:
         """
         from harness.trial.correctness import anchored_standard
         from harness.trial.reference_cache import load_reference_file
-        from harness.workloads.base import parse_dtype
+        from harness.workloads.params import parse_dtype
 
         if baseline:
             if state.reference is None:  # the carried workload's reference is the one as built (rounds.carry)
@@ -223,7 +223,7 @@ class Server:
         """Why the variant is wrong on a second draw of the card's activations (prepared anew on it, its
         output against that draw's own float64 reference), or None; mistakes the first draw's values hide
         (an input cached from the first call, a result that holds only for these numbers) show there."""
-        from harness.workloads.base import WorkloadError
+        from harness.workloads.params import WorkloadError
 
         try:
             drawn = state.workload.redraw(1)

@@ -24,10 +24,11 @@ from harness.workloads.attention import (
     queries_for_resolution,
     valid_prefix_attention,
 )
-from harness.workloads.base import LAYOUTS, Bound, CallBatch, Plan, Workload, WorkloadError, dtype_name, parse_dtype
+from harness.workloads.base import Bound, CallBatch, Plan, Workload
 from harness.workloads.cast import CastConfig
 from harness.workloads.draws import BatchError, batch_for, rebind
 from harness.workloads.inputs import Captured, file_sha256, find_captured, load_captured, tensor_sha256
+from harness.workloads.params import LAYOUTS, WorkloadError, dtype_name, parse_dtype
 from harness.workloads.registry import (
     CPU_SCALES,
     OP_KINDS,

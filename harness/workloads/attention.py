@@ -43,17 +43,9 @@ import torch
 import torch.nn.functional as F
 
 from harness.boundary.spec import AttentionSettings
-from harness.workloads.base import (
-    Bound,
-    Plan,
-    WorkloadError,
-    element_size,
-    parse_resolution,
-    positive_int,
-    require,
-    scale_dim,
-)
+from harness.workloads.base import Bound, Plan, parse_resolution
 from harness.workloads.inputs import Source
+from harness.workloads.params import WorkloadError, element_size, positive_int, require, scale_dim
 
 KIND = "attention"
 FLOOR = 16

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-from harness.workloads.base import WorkloadError, dtype_name, parse_dtype
+from harness.workloads.params import WorkloadError, dtype_name, parse_dtype
 
 _MEMORY_FORMATS = {
     "contiguous": torch.contiguous_format,

@@ -32,20 +32,18 @@ from typing import Any
 import torch
 
 from harness.boundary.spec import CastSettings
-from harness.workloads.base import (
-    Bound,
-    Plan,
+from harness.workloads.base import Bound, Plan, parse_resolution
+from harness.workloads.inputs import Source
+from harness.workloads.params import (
     WorkloadError,
     dtype_name,
     element_size,
     int_list,
     numel,
     parse_dtype,
-    parse_resolution,
     positive_int,
     scale_dim,
 )
-from harness.workloads.inputs import Source
 
 KIND = "cast"
 FLOOR = 8

@@ -21,20 +21,9 @@ from typing import Any, Callable
 
 import torch
 
-from harness.workloads.base import (
-    Bound,
-    CallBatch,
-    Plan,
-    Workload,
-    WorkloadError,
-    element_size,
-    int_list,
-    numel,
-    positive_int,
-    require,
-    scale_dim,
-)
+from harness.workloads.base import Bound, CallBatch, Plan, Workload
 from harness.workloads.inputs import Source
+from harness.workloads.params import WorkloadError, element_size, int_list, numel, positive_int, require, scale_dim
 
 FLOOR = 8
 

@@ -66,17 +66,9 @@ from harness.workloads.attention import (
     reference_attention,
     valid_prefix_attention,
 )
-from harness.workloads.base import (
-    Bound,
-    Plan,
-    WorkloadError,
-    element_size,
-    int_list,
-    positive_int,
-    require,
-    scale_dim,
-)
+from harness.workloads.base import Bound, Plan
 from harness.workloads.inputs import Source
+from harness.workloads.params import WorkloadError, element_size, int_list, positive_int, require, scale_dim
 from harness.workloads.seeded import derived_seed
 from harness.workloads.vae_decode import PIP_HINT
 

@@ -16,17 +16,8 @@ from typing import Any
 
 import torch
 
-from harness.workloads.base import (
-    BindFn,
-    CallBatch,
-    Draws,
-    Workload,
-    WorkloadError,
-    activations_of,
-    bind_call,
-    draw_key,
-    draws_of,
-)
+from harness.workloads.base import BindFn, CallBatch, Draws, Workload, activations_of, bind_call, draw_key, draws_of
+from harness.workloads.params import WorkloadError
 from harness.workloads.seeded import Spread
 
 

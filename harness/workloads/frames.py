@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-from harness.workloads.base import CallBatch, FrameWindows, Workload, WorkloadError, bind_call, draw_key, draws_of
+from harness.workloads.base import CallBatch, FrameWindows, Workload, bind_call, draw_key, draws_of
+from harness.workloads.params import WorkloadError
 
 
 def frame_windows(shape: dict[str, Any], calls: int) -> FrameWindows:

@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from harness.workloads.base import WorkloadError
+from harness.workloads.params import WorkloadError
 from harness.workloads.seeded import Spread
 
 EXTENSIONS = (".safetensors", ".pt", ".pth")

@@ -23,17 +23,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from harness.workloads.base import (
-    Bound,
-    Plan,
-    WorkloadError,
-    element_size,
-    positive_int,
-    require,
-    scale_dim,
-)
+from harness.workloads.base import Bound, Plan
 from harness.workloads.draws import independent_calls
 from harness.workloads.inputs import Source
+from harness.workloads.params import WorkloadError, element_size, positive_int, require, scale_dim
 
 KIND = "linear"
 FLOOR = 64

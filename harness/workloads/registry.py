@@ -17,11 +17,10 @@ from harness.workloads import linear as _linear
 from harness.workloads import replay as _replay
 from harness.workloads import vae_decode as _vae_decode
 from harness.workloads.attention import AttentionConfig
-from harness.workloads.base import (
-    CHUNK_OP_KINDS,
-    Draws,
-    Plan,
-    Workload,
+from harness.workloads.base import CHUNK_OP_KINDS, Draws, Plan, Workload
+from harness.workloads.cast import CastConfig
+from harness.workloads.inputs import Source, check_seed, find_and_load
+from harness.workloads.params import (
     WorkloadError,
     decode_parameters,
     parse_device,
@@ -29,8 +28,6 @@ from harness.workloads.base import (
     parse_layout,
     parse_scale,
 )
-from harness.workloads.cast import CastConfig
-from harness.workloads.inputs import Source, check_seed, find_and_load
 
 # The op cards (one op each; a captured model's cards add conv2d and replay); CHUNK_OP_KINDS: chunk cards.
 OP_KINDS = ("linear", "conv3d", "attention", "cast", "conv2d", REPLAY)

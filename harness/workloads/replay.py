@@ -43,11 +43,13 @@ from typing import Any, Callable
 import torch
 
 from harness.cards.ids import REPLAY
-from harness.workloads.base import (
+from harness.workloads.base import Bound, Plan
+from harness.workloads.call_codec import decode, resolve, tensor_names
+from harness.workloads.input_guard import InputGuard
+from harness.workloads.inputs import Source
+from harness.workloads.params import (
     LAYOUT_DIMS,
     MEMORY_FORMATS,
-    Bound,
-    Plan,
     WorkloadError,
     dtype_name,
     element_size,
@@ -56,9 +58,6 @@ from harness.workloads.base import (
     positive_int,
     require,
 )
-from harness.workloads.call_codec import decode, resolve, tensor_names
-from harness.workloads.input_guard import InputGuard
-from harness.workloads.inputs import Source
 
 KIND = REPLAY
 # Ops whose dtype argument is the result they are asked for (a cast), not the precision they compute in.

@@ -39,17 +39,9 @@ from typing import Any
 
 import torch
 
-from harness.workloads.base import (
-    Bound,
-    Plan,
-    WorkloadError,
-    element_size,
-    int_list,
-    positive_int,
-    require,
-    scale_dim,
-)
+from harness.workloads.base import Bound, Plan
 from harness.workloads.inputs import Source
+from harness.workloads.params import WorkloadError, element_size, int_list, positive_int, require, scale_dim
 from harness.workloads.seeded import derived_seed
 
 KIND = "vae_decode"

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.workloads.base import WorkloadError
 from harness.workloads.call_codec import NotEncodable, decode, encode, qualified_name, resolve, tensor_names
+from harness.workloads.params import WorkloadError
 
 
 def test_values_round_trip_through_json():

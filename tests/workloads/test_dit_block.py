@@ -9,8 +9,8 @@ import torch
 
 from harness.api.numerics import unit_roundoff
 from harness.workloads import build_workload, plan_workload
-from harness.workloads.base import WorkloadError
 from harness.workloads.dit_block import ScopedLinear, block_linears
+from harness.workloads.params import WorkloadError
 
 # The report's 480x832 DiT block on one rank (docs/domain.md): 4680 tokens per chunk over 4 Ulysses ranks,
 # the steady-state KV cache of the attention card (28080 valid of 29640 slots), 512 text tokens.

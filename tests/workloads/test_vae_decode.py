@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from harness.workloads import build_workload, plan_workload
-from harness.workloads.base import WorkloadError
+from harness.workloads.params import WorkloadError
 from harness.workloads.vae_decode import decoder_layers
 
 TINY = {"latent": [1, 16, 1, 1, 1]}  # one latent frame of one latent pixel: 8x8 pixels, 4 frames
