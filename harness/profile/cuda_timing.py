@@ -295,30 +295,14 @@ def time_cuda(
             if prepare is not None:
                 prepare()
 
-        stable: bool | None = None
-        if warmup is None:
-            warm = warm_up(call, sync=lambda: torch.cuda.synchronize(dev), prepare=before)
-            warmup, stable = warm.calls, warm.stable
-            if not stable:
-                notes.append(f"warm-up stopped before the timing was stable "
-                             f"({warm.calls} calls, {warm.seconds:.2f} s)")
-        else:
-            for _ in range(warmup):
-                before()
-                call()
-        torch.cuda.synchronize(dev)
-
+        warmup, stable = _warm_up(call, before, warmup, dev, notes)
         overhead_us = _overhead_us(before, stream, dev)
         clock_before, _ = sm_clock_mhz(dev.index)
         batches = _sample(call, before, min_repeats, max_repeats, budget_s, stream, dev)
         check = judge_clocks(batches, overhead_us, ratio=clock_ratio, min_gap_us=clock_gap_us)
         notes += [n for n in (check.note, l2.zero_set_aside("by the timed call"), l2.reset_lines()) if n]
-
         clock, why = sm_clock_mhz(dev.index)
-        if why:
-            notes.append(why)
-        elif clock is not None and clock_before and abs(clock - clock_before) > CLOCK_MOVED * clock_before:
-            notes.append(f"SM clock moved from {clock_before:.0f} to {clock:.0f} MHz while sampling")
+        notes += [n for n in [why or _clock_moved(clock_before, clock)] if n]
         method = "+".join(["cuda_graph"] * cuda_graph + ["cuda_event"] + ["l2_flush"] * flush_l2)
         return TimingResult.from_samples(
             check.samples_us,
@@ -332,6 +316,31 @@ def time_cuda(
             event_us=check.event_us,
             synced_us=check.synced_us,
         )
+
+
+def _warm_up(call: Callable[[], Any], before: Callable[[], None], warmup: int | None, dev: Any,
+             notes: list[str]) -> tuple[int, bool | None]:
+    """(warm-up calls made, whether they reached a stable timing: None for a fixed count); `before` ahead of each."""
+    import torch
+
+    stable: bool | None = None
+    if warmup is None:
+        warm = warm_up(call, sync=lambda: torch.cuda.synchronize(dev), prepare=before)
+        warmup, stable = warm.calls, warm.stable
+        if not stable:
+            notes.append(f"warm-up stopped before the timing was stable ({warm.calls} calls, {warm.seconds:.2f} s)")
+    else:
+        for _ in range(warmup):
+            before()
+            call()
+    torch.cuda.synchronize(dev)
+    return warmup, stable
+
+
+def _clock_moved(before_mhz: float | None, after_mhz: float | None) -> str | None:
+    if after_mhz is not None and before_mhz and abs(after_mhz - before_mhz) > CLOCK_MOVED * before_mhz:
+        return f"SM clock moved from {before_mhz:.0f} to {after_mhz:.0f} MHz while sampling"
+    return None
 
 
 def _flush(buffer: Any) -> None:
