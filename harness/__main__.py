@@ -102,7 +102,7 @@ def _stopped(run_dir: Path | None, stop: BaseException | None = None) -> NoRetur
 
 
 def resume_command(run_dir: Path) -> str:
-    """The resume line README documents: `python -m harness experiment=NAME [the run's other overrides]
+    """The resume line docs/experiments.md documents: `python -m harness experiment=NAME [the run's other overrides]
     search.resume=true hydra.run.dir=DIR`; the experiment is always named (the folder's identity is checked
     against it), and a `hydra.searchpath` that found it is kept."""
     try:

@@ -3,7 +3,7 @@
 # scripts/device_wheels.lock, for CPython 3.12 x86-64 manylinux (at most 30 MiB), and check the set:
 # one version each, every requirement carried or preinstalled there (scripts/gpu_machine_preinstalled.txt),
 # tags that install there. Needs the package index (a networked machine); a second run only checks
-# (well under a second). Then carry `.whl` with scripts/gpu_check.sh (README: On a GPU).
+# (well under a second). Then carry `.whl` with scripts/gpu_check.sh (docs/gpu.md).
 #
 #   scripts/device_wheels.sh                 # fill and check
 #   scripts/device_wheels.sh check           # check only

@@ -5,7 +5,7 @@
 #
 #   scripts/gpu_check.sh [--dry-run] [--steps a,b,...] [--out DIR] [--deadline S] [--plan]
 #
-# On the GPU machine (README: On a GPU): carry `.whl` (filled by scripts/device_wheels.sh) and run
+# On the GPU machine (docs/gpu.md): carry `.whl` (filled by scripts/device_wheels.sh) and run
 #   scripts/gpu_check.sh              # writes at most 8 files to $OUT (else ./gpu_check_out)
 # Here, on a CPU-only machine, the same with the CUDA/ncu steps skipped and the rest really run:
 #   scripts/gpu_check.sh --dry-run

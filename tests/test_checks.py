@@ -1,5 +1,5 @@
-"""What a win must survive is one list (harness.trial.checks): README's table says exactly it, and the worker runs
-every check under a name from it."""
+"""What a win must survive is one list (harness.trial.checks): docs/verdicts.md's table says exactly it, and the worker
+runs every check under a name from it."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ RUNS_THEM = ("harness/trial/measure.py", "harness/trial/server.py", "harness/tri
 
 
 def _readme_rows() -> list[list[str]]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("### What a win must survive"):]
+    text = (REPO / "docs" / "verdicts.md").read_text(encoding="utf-8")
+    section = text[text.index("## What a win must survive"):]
     table = section[section.index("| check |"):section.index("\n\n", section.index("| check |"))]
     return [[cell.strip() for cell in row.strip().strip("|").split(" | ")] for row in table.splitlines()[2:]]
 

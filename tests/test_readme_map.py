@@ -1,5 +1,6 @@
-"""README's folder table is the map of harness/: one row per package, each of its modules named in its row, and
-every dotted `harness.` name in README.md and docs/ one that imports (a module or what a module defines)."""
+"""The folder table (docs/architecture.md) is the map of harness/: one row per package, each of its modules named in
+its row, and every dotted `harness.` name in README.md and docs/ one that imports (a module or what a module
+defines)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ DOTTED = re.compile(r"\bharness(?:\.[A-Za-z_]\w*)+")
 
 
 def _rows() -> dict[str, str]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
     return {m.group(1): m.group(2) for line in text.splitlines() if (m := ROW.match(line))}
 
 
@@ -42,7 +43,7 @@ def test_every_package_has_a_row_and_every_row_a_package() -> None:
 def test_a_row_names_every_module_of_its_folder(folder: str) -> None:
     row = _rows()[folder]
     unnamed = [name for name in _modules(REPO / folder) if f"`{name}`" not in row]
-    assert not unnamed, f"README's row for {folder} does not name {unnamed}"
+    assert not unnamed, f"docs/architecture.md's row for {folder} does not name {unnamed}"
 
 
 def _dotted_names() -> list[tuple[str, str]]:

@@ -34,7 +34,7 @@ def _ncu(cfg: Mapping[str, Any]) -> Profiler:
 
 
 BACKENDS: dict[str, Callable[[Mapping[str, Any]], Profiler]] = {"cpu": _cpu, "torch_cuda": _torch_cuda, "ncu": _ncu}
-# The end of every note of auto's fallback from ncu (README: "a warning that metrics are estimated").
+# The end of every note of auto's fallback from ncu (docs/gpu.md: "the note naming ncu's error is warned").
 FALLBACK = "falling back to the torch.profiler CUDA trace: metrics are estimated"
 
 

@@ -3,11 +3,11 @@ it runs in and how its reason reads.
 
 One list, one home: the worker runs the checks by these names (harness.trial.measure for a trial and the
 baseline, harness.trial.handlers for the confirm rounds), a measured card records the ones its variant passed
-(`extra["checks"]`), and README's table "What a win must survive" is held to this list by a test. A new check
-is a new entry here and one `look` (or `passed`) under its name where its phase runs; a check of an output alone
-is the entry alone: its `judge` runs on the output of each of its phases (OUTPUT_PHASES: the first call's, the
-second's, the last timed call's; another phase is refused when the check is made). A name not listed here is a
-programming error, raised at once.
+(`extra["checks"]`), and the table "What a win must survive" (docs/verdicts.md) is held to this list by a test. A
+new check is a new entry here and one `look` (or `passed`) under its name where its phase runs; a check of an
+output alone is the entry alone: its `judge` runs on the output of each of its phases (OUTPUT_PHASES: the first
+call's, the second's, the last timed call's; another phase is refused when the check is made). A name not listed
+here is a programming error, raised at once.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ OUTPUT_PHASES = (Phase.FIRST_CALL, Phase.SECOND_CALL, Phase.TIMED_CALLS)
 class Check:
     name: str
     phases: tuple[Phase, ...]
-    mistake: str  # what it catches: README's first column
-    reason: str  # how a refusal by it reads (its beginning, or the note it leaves): README's last column
+    mistake: str  # what it catches: the docs table's third column
+    reason: str  # how a refusal by it reads (its beginning, or the note it leaves): the docs table's last column
     # A check of an output alone: why `Output` is refused, or None; run at each of its phases by the worker.
     judge: Callable[[Output], str | None] | None = None
 

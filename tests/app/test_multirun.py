@@ -58,7 +58,7 @@ def test_first_table_is_the_header_separator_and_rows():
 
 @pytest.mark.slow
 def test_a_multirun_over_two_experiments_gets_one_summary_in_the_sweep_folder(tmp_path):
-    # The README's example with the default sweep folder (no hydra.sweep.dir): a folder named by the swept
+    # docs/outputs.md's example with the default sweep folder (no hydra.sweep.dir): a folder named by the swept
     # experiment put each job elsewhere, and the sweep's page listed one of the two.
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "--multirun", "experiment=vae_channels_last,vae_bf16", f"cards=[{CARD}]",

@@ -1,6 +1,6 @@
 """Resuming and stopping, each test a trap a user fell into (harness.run.provenance, harness.run.stopping).
 
-1. README's resume recipe on another experiment's folder ran the default experiment into it, with exit 0,
+1. docs/experiments.md's resume recipe on another experiment's folder ran the default experiment into it, with exit 0,
    overwriting its outputs; a resume of a folder that did not exist started a fresh run.
 2. A stopped run looked finished (no mark in summary.md or report.html, no run.json), its trial in flight
    stayed in the study as a FAIL without a reason, and after resume the first card's drift checks were gone.
@@ -91,7 +91,7 @@ def _copy(run_dir: Path, tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("overrides, made_by", [
-    ([], "vae_channels_last"),  # README's recipe as the user ran it: the default experiment
+    ([], "vae_channels_last"),  # docs/experiments.md's recipe as the user ran it: the default experiment
     (["experiment=auto", f"cards=[{CARD}]"], "auto"),
 ])
 def test_resume_into_another_experiments_folder_is_refused_and_overwrites_nothing(

@@ -55,7 +55,7 @@ def test_the_reprofile_command_names_the_backend_and_captured_inputs(tmp_path):
 
 @pytest.mark.slow
 def test_a_captured_model_runs_through_the_harness_on_its_captured_inputs(tmp_path):
-    """The README's three commands on a model outside the package: capture, then auto on the cards."""
+    """docs/capture.md's three commands on a model outside the package: capture, then auto on the cards."""
     out = tmp_path / "small"
     proc = _capture("examples.capture_model:make", "--out", str(out), "--top", "6")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,6 +1,7 @@
 """Nothing said twice, nothing left out, nothing misleading: `report diff` on run folders, charts that say what
 they are (importances named, none for one parameter, the baseline on the history, readable log axes), the sweep
-folder and the log of library warnings in the config, the README's lint totals, the diff's time line."""
+folder and the log of library warnings in the config, the lint totals docs/report-files.md quotes, the diff's time
+line."""
 
 from __future__ import annotations
 
@@ -139,7 +140,7 @@ def test_the_history_draws_the_baseline(seed_report, tmp_path):
     assert "baseline, 900.0 us" not in history_svg(view.trials)
 
 
-# -- config, README, text --------------------------------------------------------------------------------
+# -- config, docs, text ----------------------------------------------------------------------------------
 
 
 def test_one_sweep_folder_whatever_the_sweep_and_library_warnings_to_the_log_file():
@@ -149,11 +150,11 @@ def test_one_sweep_folder_whatever_the_sweep_and_library_warnings_to_the_log_fil
     assert hydra["job_logging"]["loggers"][LIBRARY_LOG.name] == {"handlers": ["file"], "propagate": False}
 
 
-def test_the_readme_quotes_the_lint_totals_the_tool_prints(capsys):
+def test_the_docs_quote_the_lint_totals_the_tool_prints(capsys):
     main(["lint"])
     closing = next(line for line in capsys.readouterr().out.splitlines() if " findings: " in line)
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    assert f"`{closing}` on the seed" in readme
+    page = " ".join((ROOT / "docs" / "report-files.md").read_text().split())
+    assert f"`{closing}` on the seed" in page
 
 
 def test_the_diff_says_the_interval_once(seed_report):

@@ -1,4 +1,4 @@
-"""A user's own counter-experiment with planted outcomes (README "Your own experiment").
+"""A user's own counter-experiment with planted outcomes (docs/experiments.md "Your own experiment").
 
 The baseline computes the card's linear twice, as a model doing the work twice would; each variant
 plants one outcome: `once` is 2x faster, `identical` is the baseline itself, `thrice` is 1.5x
