@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from harness.cards.disturbance import RoundTiming, decides, robust_verdict, round_states, rounds_wanted
+from harness.cards.disturbance import RoundTiming, balanced, fast_mode, robust_verdict, rounds_wanted
 from harness.cards.noise import paired_verdict
 from harness.trial.paired_rounds import SideTiming, run_rounds
 
@@ -76,15 +76,21 @@ def test_the_lower_quartile_of_a_round_is_the_inclusive_quantile_per_original_ca
     round_ = RoundTiming.of([400.0, 100.0, 300.0, 200.0, 10000.0], calls=100)
     assert round_.low_us == pytest.approx(2.0) and round_.median_us == pytest.approx(3.0) and round_.n == 5
     assert RoundTiming.of([7.0]).low_us == 7.0
-    # A side's rounds: competing as measured, displaced when the lower quartile lies more than 10% over the fast
-    # mode, the lowest lower quartile of the rounds without competition (the 90 us round had some: not the mode).
-    rounds = [RoundTiming(100.0, 100.0, 5), RoundTiming(109.0, 109.0, 5), RoundTiming(111.0, 111.0, 5),
-              RoundTiming(90.0, 95.0, 5, competing=True)]
-    assert round_states(rounds) == ["quiet", "quiet", "displaced", "competing"]
-    # Only quiet-quiet and competing-competing rounds decide (a displaced side is never read as competing).
-    states = ("quiet", "competing", "displaced")
-    assert {(b, a) for b in states for a in states if decides(b, a)} == {("quiet", "quiet"),
-                                                                          ("competing", "competing")}
+    # A side's fast mode: the lowest lower quartile of its rounds without competition (the 90 us round had some).
+    rounds = [RoundTiming(100.0, 100.0, 5), RoundTiming(109.0, 109.0, 5), RoundTiming(90.0, 95.0, 5, competing=True)]
+    assert fast_mode(rounds) == 100.0 and fast_mode([rounds[2]]) == 90.0
+
+
+def test_a_round_decides_when_both_sides_met_the_same_competition_and_rose_alike():
+    def rt(low: float, competing: bool = False) -> RoundTiming:
+        return RoundTiming(low, low, 5, competing)
+
+    # Fast modes 100 (before) and 50 (after). Elevations 1.30 and 1.20 are log-apart by 0.080 <= log(1.1) = 0.095.
+    assert balanced(rt(130.0, True), rt(60.0, True), 100.0, 50.0)
+    assert not balanced(rt(130.0, True), rt(56.0, True), 100.0, 50.0)  # 1.30 vs 1.12: one side hit harder
+    assert balanced(rt(104.0), rt(51.0), 100.0, 50.0)  # both near their fast modes
+    assert not balanced(rt(104.0, True), rt(51.0), 100.0, 50.0)  # competition on one side only
+    assert not balanced(rt(104.0), rt(51.0, True), 100.0, 50.0)
 
 
 def test_the_measured_failure_replayed_reads_slower_by_medians_and_never_decides_by_the_rule():

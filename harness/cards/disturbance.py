@@ -8,18 +8,16 @@ quantiles of the same samples read 1.02x). So the verdict of a measured change i
 
 1. Each side of a round is summarised by the lower quartile of its samples (`RoundTiming.low_us`): the part
    of the round interference did not touch, as long as it touched fewer than three samples in four.
-2. A side's round is *displaced* when its lower quartile lies more than `DISTURBED_ABOVE` (10%) above the
-   side's fast mode, the lowest lower quartile of its rounds without competition: the whole round ran slow,
-   so its estimate is touched too. Otherwise it is *competing* when other processes were measured competing
-   for its cores through most of it (harness.hardware.cpu_load: more than half a core beyond what the
-   measurement left free, or a tenth of the CPU time stolen by the hypervisor; `RoundTiming.competing`),
-   else *quiet*. (The measured criterion catches a side whose every round ran slow, which the statistical one
-   cannot: it has no fast round to compare with.)
-3. A round decides when both sides were quiet, or both were competing with neither displaced: competition
-   measured on both hits both, and what is left of it in two lower quartiles near their fast modes widens
-   the interval without leaning it either way. Every other round is dropped: one side disturbed and the
-   other not never decides, nor does a displaced side (a longer call is preempted more often than a short one
-   under the same load, so two displaced sides are not displaced alike).
+2. A side's fast mode is the lowest lower quartile of its rounds without competition (of all its rounds when
+   every one had some), and a round's *elevation* on that side is its lower quartile over the fast mode.
+   Competition is measured (harness.hardware.cpu_load: other processes took more than half a core beyond what
+   the measurement left free through most of the round, or the hypervisor a tenth of the CPU time;
+   `RoundTiming.competing`).
+3. A round decides when both sides met the same competition (both or neither) and their elevations differ by
+   at most `DISTURBED_ABOVE` (10%): what hit both alike cancels in their ratio. Every other round is dropped:
+   one side hit harder than the other (a longer call is preempted more often under the same load) never
+   decides, nor does a round with competition on one side only (that side may have run slow in every round,
+   with no fast round to tell it by).
 4. The paired verdict (harness.cards.noise.paired_verdict: Student's t on the mean log ratio, the SAME band)
    over the kept rounds' lower quartiles; with fewer than two of them, INCONCLUSIVE.
 5. While the verdict is INCONCLUSIVE the rounds go on (`rounds_wanted`): first a round for each dropped
@@ -32,13 +30,14 @@ them is the rounds' contribution to the run's noise verdict.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from harness.cards.noise import PairedVerdict, paired_verdict
 
-DISTURBED_ABOVE = 0.10  # a round's fast part this far above its side's fastest round's: disturbed
+DISTURBED_ABOVE = 0.10  # two sides' elevations in a round this far apart: the round was disturbed unevenly
 LOW_QUANTILE = "lower quartile"
 MIN_KEPT = 2  # an interval needs two rounds
 MORE_ROUNDS_CAP = 3  # the rounds may go on up to this many times the planned rounds while undecided
@@ -85,8 +84,8 @@ class RobustVerdict:
     def rule(self) -> str:
         """Which rule decided, with its numbers, in one line."""
         dropped = (f"{len(self.disturbed)} of {self.rounds_run} rounds dropped (other processes competing with one "
-                   f"side only, or a side's lower quartile more than {DISTURBED_ABOVE:.0%} above its fast mode)"
-                   if self.disturbed else f"none of {self.rounds_run} rounds dropped")
+                   f"side only, or one side's lower quartile more than {DISTURBED_ABOVE:.0%} further above its fast "
+                   "mode than the other's)" if self.disturbed else f"none of {self.rounds_run} rounds dropped")
         if self.paired is None:
             return (f"INCONCLUSIVE: {dropped}; fewer than {MIN_KEPT} rounds left to decide "
                     "(a busy machine: run on a quiet one, with timing.cpu_threads=1, or more timing.confirm_rounds)")
@@ -109,15 +108,11 @@ def fast_mode(rounds: Sequence[RoundTiming]) -> float:
     return min(quiet or [r.low_us for r in rounds])
 
 
-def round_states(rounds: Sequence[RoundTiming], above: float = DISTURBED_ABOVE) -> list[str]:
-    """For each round of one side: "quiet", "competing" or "displaced" (rule 2 of the module docstring)."""
-    limit = fast_mode(rounds) * (1 + above)
-    return ["displaced" if r.low_us > limit else "competing" if r.competing else "quiet" for r in rounds]
-
-
-def decides(before_state: str, after_state: str) -> bool:
-    """Whether a round with these sides' states decides (rule 3)."""
-    return before_state == after_state and before_state in ("quiet", "competing")
+def balanced(before: RoundTiming, after: RoundTiming, fast_before: float, fast_after: float,
+             above: float = DISTURBED_ABOVE) -> bool:
+    """Whether a round decides (rule 3): the same competition on both sides, elevations within `above`."""
+    elevations = math.log(before.low_us / fast_before) - math.log(after.low_us / fast_after)
+    return before.competing == after.competing and abs(elevations) <= math.log1p(above)
 
 
 def robust_verdict(before: Sequence[RoundTiming], after: Sequence[RoundTiming], band: float,
@@ -125,10 +120,9 @@ def robust_verdict(before: Sequence[RoundTiming], after: Sequence[RoundTiming], 
     """The rule of the module docstring over paired rounds (before[i] and after[i] timed back to back)."""
     if len(before) != len(after) or not before:
         raise ValueError(f"paired rounds need equal, non-zero lengths, got {len(before)} and {len(after)}")
-    states = zip(round_states(before), round_states(after))
-    dropped = tuple(i for i, (before_state, after_state) in enumerate(states) if not decides(before_state, after_state))
-    kept = [i for i in range(len(before)) if i not in dropped]
     fast = (fast_mode(before), fast_mode(after))
+    dropped = tuple(i for i, (b, a) in enumerate(zip(before, after)) if not balanced(b, a, *fast))
+    kept = [i for i in range(len(before)) if i not in dropped]
     if len(kept) < MIN_KEPT:
         return RobustVerdict(None, "INCONCLUSIVE", len(before), dropped, *fast)
     paired = paired_verdict([before[i].low_us for i in kept], [after[i].low_us for i in kept], band, confidence)

@@ -107,9 +107,10 @@ def judge_time(before: Card, after: Card, both_timed: bool, before_us: float | N
 VERDICT_RULE_TEXT = (
     "Time verdict: measured cards of one run are judged on paired rounds, baseline and variant re-timed back "
     "to back in ABBA order, each side of a round read by the lower quartile of its samples (interference only "
-    "adds time). A round where other processes competed with one side only, or where a side's lower quartile "
-    f"ran more than {DISTURBED_ABOVE:.0%} above its fastest round's, is dropped and run again, and rounds go on "
-    f"while the verdict is undecided (up to {MORE_ROUNDS_CAP}x the planned rounds). The speedup is the geometric "
+    "adds time). A round where other processes competed with one side only, or where one side's lower quartile "
+    f"rose more than {DISTURBED_ABOVE:.0%} further above its fastest round's than the other's, is dropped and run "
+    f"again, and rounds go on while the verdict is undecided (up to {MORE_ROUNDS_CAP}x the planned rounds). The "
+    "speedup is the geometric "
     "mean of the kept rounds' ratios (baseline / variant, per original call), so it need not equal the ratio of "
     "the two timing medians shown; its 95% interval is Student's t on the mean of their log ratios. FASTER or "
     "SLOWER when the whole interval lies above or below the SAME band [1/(1+b), 1+b], SAME when it lies inside, "

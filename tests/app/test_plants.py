@@ -123,7 +123,7 @@ def test_the_honest_wins_are_confirmed_faster(plants: Plants, variant: str):
     measured = plants.trial(variant)
     assert measured.ok, measured.reason
     folder = plants.folder
-    plan = ConfirmPlan(variant, {}, 6, 6, 0.05, 0.05, str(folder / "baseline.json"), str(measured.card_path),
+    plan = ConfirmPlan(variant, {}, 6, 18, 0.05, 0.05, str(folder / "baseline.json"), str(measured.card_path),
                        str(folder / f"confirmed_base_{variant}.json"), str(folder / f"confirmed_{variant}.json"))
     confirmed = plants.session.confirm(plan)
     assert confirmed.ok, confirmed.reason
