@@ -126,4 +126,5 @@ def test_a_broken_link_or_heading_is_caught(tmp_path):
     page.write_text("[ok](other.md#stopping-resuming-several-gpus-or-hosts) [ok](other.md#reporthtml) [ok](#a-b)\n"
                     "## A `b`\n[gone](missing.md) [stale](other.md#report-html) `[code](missing.md)`\n"
                     "```\n[fenced](missing.md)\n```\n[web](https://example.org/x)\n")
-    assert broken_links(page) == ["missing.md: no such file", "other.md#report-html: no heading #report-html in other.md"]
+    assert broken_links(page) == ["missing.md: no such file",
+                                  "other.md#report-html: no heading #report-html in other.md"]

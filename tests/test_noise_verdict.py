@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 
 from harness.cards.cells import fmt_noisy
+from harness.hardware import cpu_load
 from harness.hardware.cpu_load import CpuLoad, CpuSnapshot, load_between, process_ticks
 from harness.run.noise import judge_noise
 
-QUIET_PROBE = {"verdict": "SAME", "rounds": 8, "rounds_dropped": 0, "competing_rounds": 0, "side_rounds": 16,
+QUIET_PROBE = {"verdict": "SAME", "rounds": 8, "rounds_dropped": 0, "competing": False,
                "disturbed_samples": 40, "samples": 1600, "worker_threads": 2,
                "load": {"other_cores": 0.02, "steal_share": 0.0}}
 
@@ -33,11 +34,11 @@ def test_a_quiet_probe_and_quiet_rounds_are_quiet():
 @pytest.mark.parametrize("probe, confirmations, why", [
     ({**QUIET_PROBE, "verdict": "SLOWER"}, [], "the A/A probe read SLOWER"),
     ({**QUIET_PROBE, "rounds_dropped": 1}, [], "dropped 1 of 8 rounds"),
-    ({**QUIET_PROBE, "competing_rounds": 3}, [], "competed in 3 of the probe's 16"),
-    ({**QUIET_PROBE, "disturbed_samples": 321}, [], "321 of 1600 of the probe's samples (20%)"),
+    ({**QUIET_PROBE, "competing": True}, [], "other processes took 0.02 cores during the probe"),
+    ({**QUIET_PROBE, "disturbed_samples": 534}, [], "534 of 1600 of the probe's samples (33%)"),  # > 1/3
     (QUIET_PROBE, [_confirmation(8, 3)], "3 of 8 confirm rounds dropped"),  # 37.5% > 25%
     (QUIET_PROBE, [_confirmation(8, 0, competing=5)], "5 of 16 confirm side-rounds"),  # 31% > 25%
-    (QUIET_PROBE, [_confirmation(8, 0, disturbed=21)], "21 of 100 of the confirm rounds' samples (21%)"),
+    (QUIET_PROBE, [_confirmation(8, 0, disturbed=34)], "34 of 100 of the confirm rounds' samples (34%)"),
 ])
 def test_each_figure_past_its_threshold_makes_the_run_noisy_and_says_so(probe, confirmations, why):
     verdict = judge_noise(probe, confirmations)
@@ -46,8 +47,8 @@ def test_each_figure_past_its_threshold_makes_the_run_noisy_and_says_so(probe, c
 
 
 def test_at_the_thresholds_the_run_stays_quiet_and_one_thread_is_not_advised_again():
-    # 2 of 8 rounds dropped (25%) and 20 of 100 samples (20%) are at, not over, the thresholds.
-    assert judge_noise(QUIET_PROBE, [_confirmation(8, 2, disturbed=20)]).verdict == "quiet"
+    # 2 of 8 rounds dropped (25%) and 33 of 99 samples (a third) are at, not over, the thresholds.
+    assert judge_noise(QUIET_PROBE, [_confirmation(8, 2, disturbed=33, samples=99)]).verdict == "quiet"
     one_thread = judge_noise({**QUIET_PROBE, "worker_threads": 1, "verdict": "INCONCLUSIVE"}, [])
     assert one_thread.verdict == "noisy" and "cpu_threads" not in one_thread.as_dict()["advice"]
 
@@ -58,8 +59,14 @@ def test_other_processes_cpu_time_is_the_machines_busy_time_less_the_watched_one
     load = load_between(before, after)
     assert load.other_cores == pytest.approx(1.1) and load.steal_share == pytest.approx(0.1)
     two_cpus = CpuLoad(1.0, 1.1, 0.0, 2)
-    # Competing: more than half a core beyond what the measurement leaves free.
+    # Competing: more than half a core beyond what the measurement leaves free, less a tick per CPU and one more
+    # (3 ticks of 10 ms over 1 s: 0.03 of a core).
     assert two_cpus.competing(cores_in_use=2) and not two_cpus.competing(cores_in_use=1)
+    edge = 0.5 + 3 * cpu_load._TICK_S / 1.0
+    assert CpuLoad(1.0, edge + 0.01, 0.0, 2).competing(cores_in_use=2)
+    assert not CpuLoad(1.0, edge - 0.01, 0.0, 2).competing(cores_in_use=2)
+    # Over a probe round of 1.25 ticks, a single stray tick (0.8 of a core) is not competition.
+    assert not CpuLoad(1.25 * cpu_load._TICK_S, 0.8, 0.0, 2).competing(cores_in_use=2)
     assert CpuLoad(1.0, 0.0, 0.11, 2).competing(cores_in_use=1)  # a tenth of the CPU time stolen
     assert load_between(CpuSnapshot(0.0, None, None, None, None), after).other_cores is None  # off Linux
 

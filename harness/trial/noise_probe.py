@@ -48,7 +48,8 @@ def probe(seconds: float, device: str) -> dict[str, Any]:
     disturbed = [paired.disturbed(side) for side in ("base", "best")]
     return {"verdict": verdict.verdict, "rule": verdict.rule(), "rounds": len(paired),
             "rounds_dropped": len(verdict.disturbed),
-            "competing_rounds": sum(r.competing for side in paired.rounds.values() for r in side),
-            "side_rounds": 2 * len(paired), "disturbed_samples": sum(d for d, _ in disturbed),
+            # over the whole probe: its rounds are a few clock ticks each, too short to measure competition in
+            "competing": cores is not None and overall.competing(cores),
+            "disturbed_samples": sum(d for d, _ in disturbed),
             "samples": sum(n for _, n in disturbed), "load": overall.as_dict(), "worker_threads": cores,
             "seconds": round(time.perf_counter() - started, 3)}
