@@ -33,8 +33,8 @@ def test_a_quiet_probe_and_quiet_rounds_are_quiet():
 
 @pytest.mark.parametrize("probe, confirmations, why", [
     ({**QUIET_PROBE, "verdict": "SLOWER"}, [], "the A/A probe read SLOWER"),
-    ({**QUIET_PROBE, "rounds_dropped": 1}, [], "dropped 1 of 8 rounds"),
-    ({**QUIET_PROBE, "competing": True}, [], "other processes took 0.02 cores during the probe"),
+    ({**QUIET_PROBE, "rounds_dropped": 3}, [], "dropped 3 of 8 rounds"),  # 37.5% > 25%
+    ({**QUIET_PROBE, "competing": True}, [], "the worker's threads waited for a CPU"),
     ({**QUIET_PROBE, "disturbed_samples": 534}, [], "534 of 1600 of the probe's samples (33%)"),  # > 1/3
     (QUIET_PROBE, [_confirmation(8, 3)], "3 of 8 confirm rounds dropped"),  # 37.5% > 25%
     (QUIET_PROBE, [_confirmation(8, 0, competing=5)], "5 of 16 confirm side-rounds"),  # 31% > 25%
@@ -48,27 +48,35 @@ def test_each_figure_past_its_threshold_makes_the_run_noisy_and_says_so(probe, c
 
 def test_at_the_thresholds_the_run_stays_quiet_and_one_thread_is_not_advised_again():
     # 2 of 8 rounds dropped (25%) and 33 of 99 samples (a third) are at, not over, the thresholds.
-    assert judge_noise(QUIET_PROBE, [_confirmation(8, 2, disturbed=33, samples=99)]).verdict == "quiet"
+    at_edges = judge_noise({**QUIET_PROBE, "rounds_dropped": 2}, [_confirmation(8, 2, disturbed=33, samples=99)])
+    assert at_edges.verdict == "quiet"
     one_thread = judge_noise({**QUIET_PROBE, "worker_threads": 1, "verdict": "INCONCLUSIVE"}, [])
     assert one_thread.verdict == "noisy" and "cpu_threads" not in one_thread.as_dict()["advice"]
 
 
-def test_other_processes_cpu_time_is_the_machines_busy_time_less_the_watched_ones():
-    # 2 CPUs over 1 s: 1.6 s busy, 0.5 s of it the watched process's, 0.2 s of 2.0 stolen.
-    before, after = CpuSnapshot(10.0, 100.0, 5.0, 400.0, 20.0), CpuSnapshot(11.0, 101.6, 5.2, 402.0, 20.5)
+def test_competition_is_the_time_this_process_waited_for_a_cpu():
+    # 2 CPUs over 1 s: 1.6 s busy, 0.5 s of it this process's, 0.2 s of 2.0 stolen, its threads waiting 0.15 s.
+    before = CpuSnapshot(10.0, 100.0, 5.0, 400.0, 20.0, 3.0)
+    after = CpuSnapshot(11.0, 101.6, 5.2, 402.0, 20.5, 3.15)
     load = load_between(before, after)
     assert load.other_cores == pytest.approx(1.1) and load.steal_share == pytest.approx(0.1)
+    assert load.waited_cores == pytest.approx(0.15) and load.competing(cores_in_use=1)  # waited > 0.1 of a core
+    # Others busy on the core left free, this process never waiting: no competition, whatever the others took.
+    assert not CpuLoad(1.0, 1.0, 0.0, 2, waited_cores=0.001).competing(cores_in_use=1)
+    assert CpuLoad(1.0, 0.0, 0.11, 2, waited_cores=0.0).competing(cores_in_use=1)  # a tenth of the time stolen
+
+
+def test_without_wait_times_competition_is_judged_from_the_tick_counts():
     two_cpus = CpuLoad(1.0, 1.1, 0.0, 2)
-    # Competing: more than half a core beyond what the measurement leaves free, less a tick per CPU and one more
-    # (3 ticks of 10 ms over 1 s: 0.03 of a core).
+    # More than half a core beyond what the measurement leaves free, less a tick per CPU and one more (3 ticks).
     assert two_cpus.competing(cores_in_use=2) and not two_cpus.competing(cores_in_use=1)
     edge = 0.5 + 3 * cpu_load._TICK_S / 1.0
     assert CpuLoad(1.0, edge + 0.01, 0.0, 2).competing(cores_in_use=2)
     assert not CpuLoad(1.0, edge - 0.01, 0.0, 2).competing(cores_in_use=2)
-    # Over a probe round of 1.25 ticks, a single stray tick (0.8 of a core) is not competition.
+    # Over an interval of 1.25 ticks, a single stray tick (0.8 of a core) is not competition.
     assert not CpuLoad(1.25 * cpu_load._TICK_S, 0.8, 0.0, 2).competing(cores_in_use=2)
-    assert CpuLoad(1.0, 0.0, 0.11, 2).competing(cores_in_use=1)  # a tenth of the CPU time stolen
-    assert load_between(CpuSnapshot(0.0, None, None, None, None), after).other_cores is None  # off Linux
+    off_linux = load_between(CpuSnapshot(0.0, None, None, None, None, None), CpuSnapshot(1.0, *[None] * 5))
+    assert off_linux.other_cores is None and off_linux.waited_cores is None and not off_linux.competing(1)
 
 
 def test_a_process_s_ticks_are_read_past_a_name_with_spaces_and_parentheses():

@@ -10,9 +10,8 @@ quantiles of the same samples read 1.02x). So the verdict of a measured change i
    of the round interference did not touch, as long as it touched fewer than three samples in four.
 2. A side's fast mode is the lowest lower quartile of its rounds without competition (of all its rounds when
    every one had some), and a round's *elevation* on that side is its lower quartile over the fast mode.
-   Competition is measured (harness.hardware.cpu_load: other processes took more than half a core beyond what
-   the measurement left free through most of the round, or the hypervisor a tenth of the CPU time;
-   `RoundTiming.competing`).
+   Competition is measured (harness.hardware.cpu_load: the threads waited for a CPU more than a tenth of a
+   core's worth of the round, or the hypervisor took a tenth of the CPU time; `RoundTiming.competing`).
 3. A round decides when both sides met the same competition (both or neither) and their elevations differ by
    at most `DISTURBED_ABOVE` (10%): what hit both alike cancels in their ratio. Every other round is dropped:
    one side hit harder than the other (a longer call is preempted more often under the same load) never

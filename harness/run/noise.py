@@ -2,14 +2,15 @@
 
 Read from two sources, each a measurement of the run's own machine:
 - the A/A probe the worker ran at start (harness.trial.noise_probe): one call timed against itself in paired
-  rounds, with the other processes' CPU time and the hypervisor's steal measured meanwhile;
+  rounds, with the time the worker waited for a CPU, the other processes' CPU time and the hypervisor's steal
+  measured meanwhile (harness.hardware.cpu_load);
 - the confirm rounds of every card (harness.cards.disturbance): rounds dropped, side-rounds with competition
   measured, samples more than 10% above their side's fast mode.
 The run is **noisy** when any of these holds, **quiet** otherwise:
-- the probe's A/A pair did not read SAME, or dropped a round, or competition was measured over it;
+- the probe's A/A pair did not read SAME, or competition was measured over it;
 - more than `DISTURBED_SHARE` of the probe's or of the confirm rounds' samples were disturbed;
-- more than `DROPPED_SHARE` of the confirm rounds run were dropped, or competition was measured in more than
-  `DROPPED_SHARE` of their side-rounds.
+- more than `DROPPED_SHARE` of the probe's or the confirm rounds were dropped, or competition was measured in
+  more than `DROPPED_SHARE` of the confirm rounds' side-rounds.
 A verdict from a measure of the machine, not from whether a result looks plausible: a quiet machine can still
 give an INCONCLUSIVE card, and a noisy one a right verdict (the rule of the rounds holds either way).
 """
@@ -76,12 +77,12 @@ def judge_noise(probe: Mapping[str, Any] | None, confirmations: Iterable[Mapping
     if probe:
         if probe.get("verdict") != "SAME":
             reasons.append(f"the A/A probe read {probe.get('verdict')}, not SAME")
-        if probe.get("rounds_dropped"):
-            reasons.append(f"the A/A probe dropped {probe['rounds_dropped']} of {probe.get('rounds')} rounds")
+        if probe.get("rounds") and probe.get("rounds_dropped", 0) / probe["rounds"] > DROPPED_SHARE:
+            reasons.append(f"the A/A probe dropped {probe['rounds_dropped']} of {probe['rounds']} rounds")
         if probe.get("competing"):
             load = probe.get("load") or {}
-            reasons.append(f"other processes took {load.get('other_cores')} cores during the probe (beyond what the "
-                           f"worker's {probe.get('worker_threads')} thread(s) left free)")
+            reasons.append(f"the worker's threads waited for a CPU {load.get('waited_cores')} of a core's worth of "
+                           f"the probe (other processes took {load.get('other_cores')} cores)")
         reasons += _share("the probe's samples", probe.get("disturbed_samples"), probe.get("samples"))
     rounds = confirm_figures(confirmations)
     reasons += _share("the confirm rounds' samples", rounds["disturbed_samples"], rounds["samples"])
@@ -91,8 +92,9 @@ def judge_noise(probe: Mapping[str, Any] | None, confirmations: Iterable[Mapping
         if whole and part / whole > DROPPED_SHARE:
             reasons.append(f"{part} of {whole} {what}")
     load = (probe or {}).get("load") or {}
-    summary = (f"A/A probe {probe.get('verdict')}, other processes {load.get('other_cores')} cores, "
-               f"steal {load.get('steal_share')}; " if probe else "no A/A probe; ")
+    summary = (f"A/A probe {probe.get('verdict')}, the worker waited for a CPU {load.get('waited_cores')} of a core, "
+               f"other processes {load.get('other_cores')} cores, steal {load.get('steal_share')}; "
+               if probe else "no A/A probe; ")
     summary += (f"{rounds['rounds_dropped']} of {rounds['rounds']} confirm rounds dropped, "
                 f"{rounds['disturbed_samples']} of {rounds['samples']} samples disturbed")
     return NoiseVerdict("noisy" if reasons else "quiet", reasons,
