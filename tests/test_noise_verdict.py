@@ -35,7 +35,6 @@ def test_a_quiet_probe_and_quiet_rounds_are_quiet():
     ({**QUIET_PROBE, "verdict": "SLOWER"}, [], "the A/A probe read SLOWER"),
     ({**QUIET_PROBE, "rounds_dropped": 3}, [], "dropped 3 of 8 rounds"),  # 37.5% > 25%
     ({**QUIET_PROBE, "competing": True}, [], "the worker's threads waited for a CPU"),
-    ({**QUIET_PROBE, "disturbed_samples": 534}, [], "534 of 1600 of the probe's samples (33%)"),  # > 1/3
     (QUIET_PROBE, [_confirmation(8, 3)], "3 of 8 confirm rounds dropped"),  # 37.5% > 25%
     (QUIET_PROBE, [_confirmation(8, 0, competing=5)], "5 of 16 confirm side-rounds"),  # 31% > 25%
     (QUIET_PROBE, [_confirmation(8, 0, disturbed=34)], "34 of 100 of the confirm rounds' samples (34%)"),
@@ -47,6 +46,8 @@ def test_each_figure_past_its_threshold_makes_the_run_noisy_and_says_so(probe, c
 
 
 def test_at_the_thresholds_the_run_stays_quiet_and_one_thread_is_not_advised_again():
+    # The probe's own share of disturbed samples is a figure, not a criterion (a tiny call's jitter).
+    assert judge_noise({**QUIET_PROBE, "disturbed_samples": 1500}, []).verdict == "quiet"
     # 2 of 8 rounds dropped (25%) and 33 of 99 samples (a third) are at, not over, the thresholds.
     at_edges = judge_noise({**QUIET_PROBE, "rounds_dropped": 2}, [_confirmation(8, 2, disturbed=33, samples=99)])
     assert at_edges.verdict == "quiet"
