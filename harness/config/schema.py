@@ -148,7 +148,7 @@ class TimingConfig:
     cpu_threads: int | None = bounded(None, low=1)
     # Seconds of the A/A probe the worker runs before the first card (harness.trial.noise_probe): with the confirm
     # rounds, what the run's noise verdict (run.json's `noise`, summary.md's first lines) is read from. 0: none.
-    noise_probe_s: float = bounded(0.2, low=0)
+    noise_probe_s: float = bounded(0.1, low=0)
 
 
 @dataclass

@@ -178,20 +178,24 @@ def _measure_baseline(ctx: RunContext, session: CardSession, card: Card, label: 
 
 def _search(ctx: RunContext, session: CardSession, card: Card, label: TrialLabel, space: dict[str, Any],
             drift: list[dict[str, Any]]) -> tuple[optuna.Study, SearchPlan]:
-    """The card's study, run to its budget: each trial measured in the worker, the baseline re-timed after
-    each (its drift, into `drift`). No worker at all ends the run (RunError)."""
+    """The card's study, run to its budget: each trial measured in the worker, the baseline re-timed between two
+    measured trials (its drift, into `drift`; not after the last: the confirm rounds re-time it next). No worker at
+    all ends the run (RunError)."""
     experiment, trials_dir = ctx.experiment, ctx.run_dir / "trials" / card.id
     plan = plan_search(space, ctx.cfg.search)
     study = open_study(study_name(experiment.name, card.id), ctx.storage, plan.sampler, ctx.cfg.search.resume)
     drift_settings = TimingSettings(warmup=1, min_repeats=3, budget_s=ctx.cfg.timing.drift_budget_s,
                                     cuda_graph=ctx.settings.cuda_graph)
     no_worker: list[str] = []  # why no worker process could be started again, if that happened
+    completed: list[int] = []  # the last measured trial whose drift re-time is still to come
 
     def objective(trial: optuna.Trial) -> float:
         variant, params = suggest(trial, space)
         trial.set_user_attr("variant", variant)
         if (earlier := answer_repeat(trial, plan.sampler)) is not None:
             return _repeated(earlier)  # proposed again: answered from the earlier trial, not measured
+        if completed:
+            _retime(ctx, session, card, completed.pop(), trial, drift_settings, drift)
         trial_label = replace(label, experiment=experiment.name, variant=variant, params=params, role="trial",
                               trial=trial.number)
         path = trials_dir / f"trial_{trial.number:04d}_{variant}.json"
@@ -210,7 +214,7 @@ def _search(ctx: RunContext, session: CardSession, card: Card, label: TrialLabel
                 log.warning("card %s trial %d %s%s failed: %s", card.id, trial.number, variant,
                             f" {params}" if params else "", reply.reason)
             raise TrialFailed(reply.reason)
-        _retime(ctx, session, card, trial, drift_settings, drift)
+        completed.append(trial.number)
         assert reply.per_call_us is not None  # a complete measurement is timed
         return reply.per_call_us
 
@@ -255,18 +259,19 @@ def _record(trial: optuna.Trial, reply: Measured) -> None:
         trial.set_user_attr("reason", reply.reason)
 
 
-def _retime(ctx: RunContext, session: CardSession, card: Card, trial: optuna.Trial, settings: TimingSettings,
-            drift: list[dict[str, Any]]) -> None:
-    """The baseline timed again after a measured trial (the drift check); a failure loses only the check."""
+def _retime(ctx: RunContext, session: CardSession, card: Card, after: int, trial: optuna.Trial,
+            settings: TimingSettings, drift: list[dict[str, Any]]) -> None:
+    """The baseline timed again after measured trial `after`, before `trial` (the drift check); a failure loses
+    only the check."""
     try:
         again = _account(ctx, session.retime(settings))
     except WorkerError as exc:
         again = Retimed(TrialStatus.CRASHED, reason=str(exc))
     if again.ok:
-        drift.append({"after_trial": trial.number, "median_us": again.per_call_us})
+        drift.append({"after_trial": after, "median_us": again.per_call_us})
     else:
         trial.set_user_attr("drift_error", again.reason)
-        log.warning("card %s: baseline re-timing after trial %d failed: %s", card.id, trial.number, again.reason)
+        log.warning("card %s: baseline re-timing after trial %d failed: %s", card.id, after, again.reason)
 
 
 def _tally(outcome: CardOutcome, study: optuna.Study) -> None:

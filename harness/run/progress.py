@@ -2,7 +2,7 @@
 and a card measured so far in this run; and the same costs in run.json, for the next plan's estimate.
 
 The ETA is the trials left times the mean wall time of a trial so far (its measurement, checks, profile and
-the drift re-timing after it), plus the cards left times a card's own cost (its baseline and confirm
+the drift re-timing before it), plus the cards left times a card's own cost (its baseline and confirm
 rounds: a finished card's, else the current card's baseline so far). On a terminal it is a tqdm bar over
 the run's trials; in a log (redirected), a line per trial and one per card.
 """
