@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from omegaconf import OmegaConf
 
+from harness.cards.noise import MAX_MORE_ROUNDS
+
 if TYPE_CHECKING:
     from harness.report.glance import GlanceRow
 
@@ -65,11 +67,21 @@ def harness_command(args: Sequence[str], multirun: bool = False) -> str:
     return "python -m harness " + ("--multirun " if multirun else "") + " ".join(shlex.quote(a) for a in args)
 
 
-def more_rounds_step(row: GlanceRow, overrides: Sequence[str]) -> NextStep | None:
+def more_rounds_step(row: GlanceRow, overrides: Sequence[str], device: str) -> NextStep | None:
     """For an INCONCLUSIVE card: its run again with as many confirm rounds as would likely decide it (the rounds
-    kept plus the more the interval asked for; twice the rounds run where too few were kept to estimate it)."""
+    kept plus the more the interval asked for; twice the rounds run where too few were kept to estimate it). Where
+    its speedup sits on a band edge no number of rounds decides (harness.cards.noise.MAX_MORE_ROUNDS): on a CPU, the
+    card on a GPU, whose band is narrower; on a GPU, nothing."""
     if row.verdict != UNDECIDED:
         return None
+    if row.more_rounds is not None and row.more_rounds >= MAX_MORE_ROUNDS:
+        if device.startswith("cuda"):
+            return None
+        why = (f"`{row.card}` ({row.experiment}) is INCONCLUSIVE with its speedup on the SAME band's edge: no number "
+               "of rounds would likely decide it here; a GPU judges a change this small against its narrower band")
+        run_cards = [o for o in _kept(overrides, GPU) if o.lstrip("+~").partition("=")[0] != "cards"]
+        args = [f"experiment={row.experiment}", *run_cards, f"cards=[{row.card}]", "device=cuda", "profiler=ncu"]
+        return NextStep(GPU, why, harness_command(args))
     if row.more_rounds is not None and row.rounds:
         rounds = row.rounds + row.more_rounds
         why = f"about {row.more_rounds} more rounds would likely decide it"
@@ -109,7 +121,7 @@ def resume_step(run: Mapping[str, Any]) -> NextStep | None:
 
 def next_steps(rows: Sequence[GlanceRow], experiment: str, device: str, overrides: Sequence[str]) -> list[NextStep]:
     """More rounds for each INCONCLUSIVE row, then, on a CPU, the GPU run of the same cards."""
-    steps = [step for row in rows if (step := more_rounds_step(row, overrides)) is not None]
+    steps = [step for row in rows if (step := more_rounds_step(row, overrides, device)) is not None]
     if not device.startswith("cuda"):
         steps.append(gpu_step(experiment, overrides))
     return steps

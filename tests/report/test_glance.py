@@ -129,6 +129,17 @@ def test_more_rounds_for_an_inconclusive_card_is_its_run_again_with_the_exact_ov
     assert too_few.command.endswith("timing.confirm_rounds=12") and "too few rounds" in too_few.why
 
 
+def test_a_speedup_on_the_band_edge_is_sent_to_a_gpu_not_to_a_thousand_rounds():
+    # harness.cards.noise caps `more_rounds` at 1000: a mean on a band edge never decides (a 1.05x [1.04, 1.06]
+    # against the CPU's 5% band read "about 1000 more rounds", the page then suggesting timing.confirm_rounds=1008).
+    overrides = ["workload.cpu_scale=0.08", "timing.confirm_rounds=3", "cards=[a,b]"]
+    edge, gpu = next_steps([_row(more_rounds=1000)], "exp", "cpu", overrides)
+    assert edge.kind == GPU and "no number of rounds" in edge.why
+    assert edge.command == ("python -m harness experiment=exp timing.confirm_rounds=3 'cards=[c-1]' device=cuda "
+                            "profiler=ncu")
+    assert next_steps([_row(more_rounds=1000)], "exp", "cuda", overrides) == []  # a GPU's band is the narrow one
+
+
 def test_the_runs_overrides_are_read_from_its_folder_or_the_auto_run_above_it(tmp_path):
     (tmp_path / ".hydra").mkdir()
     (tmp_path / ".hydra" / "overrides.yaml").write_text("- experiment=auto\n- cards=[x]\n- timing.budget_s=0.5\n")
