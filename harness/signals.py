@@ -57,12 +57,26 @@ def install(signums: tuple[int, ...] = STOP_SIGNALS, *, raise_at_once: bool = Fa
     for signum in signums:
         signal.signal(signum, _record)
         _installed[signum] = raise_at_once
+    if raise_at_once and sys.unraisablehook is not _quiet_stop:
+        _hooks.append(sys.unraisablehook)
+        sys.unraisablehook = _quiet_stop
     if not _wakeup:
         read_end, write_end = os.pipe()  # not inherited by children (PEP 446)
         os.set_blocking(read_end, False)
         os.set_blocking(write_end, False)
         _wakeup.extend((read_end, write_end))
     signal.set_wakeup_fd(_wakeup[1], warn_on_full_buffer=False)
+
+
+_hooks: list[Any] = []  # the unraisable hook `_quiet_stop` hands everything else to
+
+
+def _quiet_stop(unraisable: Any) -> None:
+    """A stop's KeyboardInterrupt that landed where Python can only ignore it (a weakref callback, a finalizer):
+    not an error to print, the record already holds the stop and decides the exit status (`exit_status`)."""
+    if _pending and isinstance(unraisable.exc_value, KeyboardInterrupt):
+        return
+    _hooks[-1](unraisable)
 
 
 def pending() -> int | None:

@@ -53,6 +53,33 @@ def test_a_signal_landing_in_a_weakref_callback_is_not_lost(stop_signals, capfd)
         signals.check()
 
 
+def test_a_command_lines_at_once_stop_swallowed_by_a_callback_prints_nothing(stop_signals, capfd, monkeypatch):
+    """`python -m harness.report` raises at once (raise_at_once): where that KeyboardInterrupt lands in a weakref
+    callback Python can only ignore it; it printed "Exception ignored ... Traceback" (the stop-signal sweep saw it
+    on a report command), though the record still decided the exit status."""
+    import sys
+
+    signals = stop_signals
+    printed: list[BaseException] = []  # what Python hands its unraisable hook prints as "Exception ignored"
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: printed.append(unraisable.exc_value))
+    signals.install(raise_at_once=True)
+
+    def callback(_ref: weakref.ref) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100_000):
+            pass
+
+    class Lock:
+        pass
+
+    lock = Lock()
+    ref = weakref.ref(lock, callback)
+    del lock
+    assert ref() is None
+    assert printed == [] and "Traceback" not in capfd.readouterr().err
+    assert signals.pending() == signal.SIGINT  # the record holds the stop: exit_status makes it 130
+
+
 def test_a_signal_wakes_a_select_on_the_wakeup_descriptor(stop_signals):
     signals = stop_signals
     fd = signals.wakeup_fd()
