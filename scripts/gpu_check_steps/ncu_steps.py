@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from .check import Check
@@ -212,11 +213,7 @@ def step_channels_last_ncu(check: Check, step: Step, timeout: float) -> Outcome:
                "source": next((c.get("metrics_source") for c in base), None)}
     text = f"layout conversions in the baseline: {before.text()}; in channels_last_3d: " + (
         after.text() if variant else "not measured")
-    if diff.get("speedup"):
-        text += f"; {diff['speedup']:.2f}x {diff.get('timing_verdict')}, check {diff.get('verdict')}"
-    else:
-        refused = refusals(run_dir)
-        text += f"; no verdict{': ' + refused if refused else ''}"
+    text += _verdict_text(diff, run_dir, f", check {diff.get('verdict')}")
     return Outcome("ok", text, numbers)
 
 
@@ -245,9 +242,13 @@ def step_conv_kernels_ncu(check: Check, step: Step, timeout: float) -> Outcome:
                "variant": (diff.get("variant") or {}).get("label"),
                "conv_evidence": (best[0].get("conv") if best else None)}
     text = "; ".join(f"{variant}: {', '.join(found['kernels']) or 'no kernels'}" for variant, found in tried.items())
-    if diff.get("speedup"):
-        text += f"; {numbers['variant']} {diff['speedup']:.2f}x {diff.get('timing_verdict')}"
-    else:
-        refused = refusals(run_dir)
-        text += f"; no verdict{': ' + refused if refused else ''}"
+    text += _verdict_text(diff, run_dir, "", f"{numbers['variant']} ")
     return Outcome("ok", text, numbers)
+
+
+def _verdict_text(diff: dict[str, Any], run_dir: Path, after: str, before: str = "") -> str:
+    """'; <before>1.23x FASTER<after>' from the run's diff row, else '; no verdict' with what the run refused."""
+    if diff.get("speedup"):
+        return f"; {before}{diff['speedup']:.2f}x {diff.get('timing_verdict')}{after}"
+    refused = refusals(run_dir)
+    return f"; no verdict{': ' + refused if refused else ''}"
