@@ -5,13 +5,15 @@ A GPU's come from harness.hardware.gpu_peaks' table: the point is the best-found
 practical, else datasheet), the range spans the practical and the datasheet value where the table has both
 (the H200's bf16 790 against 989 TFLOP/s, DRAM 4.3 against 4.8 TB/s). A CPU's are the peaks the worker
 measured on it (harness.profile.cpu_peaks, recorded as harness.cards.peaks reads them): the point is the best
-try, the range the spread of the repeated tries where they were recorded.
+try, the range the spread of the repeated tries where they were recorded; with each math's best rate at each
+product size measured, which says how far two maths' kernels may sit from their peaks' ratio, and its reference
+convolutions' speedups in each channels-last layout, how far a library's kernel for another layout may sit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, TypeGuard
+from typing import Any, Mapping, Sequence, TypeGuard
 
 from harness.cards.dtype import TF32
 from harness.errors import HarnessError
@@ -54,6 +56,10 @@ class DeviceModel:
     compute: Mapping[str, Rate]
     bandwidth: Rate
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # peak key -> product size -> the best rate at that size (a CPU's peak measurement: harness.profile.cpu_peaks)
+    size_rates: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # layout -> the device's reference convolutions' speedups in it over NCDHW (a CPU's: harness.profile.cpu_peaks)
+    conv_layouts: Mapping[str, Sequence[float]] = field(default_factory=dict)
 
     def rate(self, dtype: str, math: str) -> Rate:
         key = math_key(dtype, math)
@@ -65,6 +71,15 @@ class DeviceModel:
     def has(self, dtype: str, math: str) -> bool:
         key = math_key(dtype, math)
         return key is not None and key in self.compute
+
+    def efficiency_factors(self, old: str, new: str) -> list[float]:
+        """At each product size both peaks were measured at, the `new` math's rate over the `old`'s, as a share of
+        their peaks' ratio: how far a kernel's efficiency in one math may sit from another's (no sizes: none)."""
+        before, after = self.size_rates.get(old, {}), self.size_rates.get(new, {})
+        if old not in self.compute or new not in self.compute:
+            return []
+        peaks = self.compute[new].value / self.compute[old].value
+        return [after[n] / before[n] / peaks for n in before if n in after and before[n] > 0]
 
     def moved(self, *, compute_end: str = "value", bandwidth_end: str = "value", compute_scale: float = 1.0
               ) -> DeviceModel:
@@ -134,9 +149,20 @@ def cpu_device(peaks: Mapping[str, Any]) -> DeviceModel:
         raise DeviceError("the CPU's measured peaks are missing or unusable: run `python -m harness` once on this "
                           "machine (it measures and caches them)")
     notes = ("measured while the CPU was busy: the peaks read low",) if peaks.get("busy") else ()
+    by_size = peaks.get("by_size")
+    by_size = by_size if isinstance(by_size, Mapping) else {}
+    size_rates = {key: {str(n): float(r) for n, r in by_size[dtype].items() if _positive(r)}
+                  for dtype, key in _CPU_DTYPES.items() if isinstance(by_size.get(dtype), Mapping)}
     return DeviceModel(name=f"CPU {peaks.get('cpu_model') or ''}".strip(), kind="cpu", compute=compute,
                        bandwidth=_cpu_rate(float(bandwidth), tries.get("mem_bw"), "measured copy bandwidth", "GB/s"),
-                       notes=notes)
+                       notes=notes, size_rates=size_rates, conv_layouts=_conv_layouts(peaks.get("conv_layouts")))
+
+
+def _conv_layouts(found: Any) -> dict[str, list[float]]:
+    if not isinstance(found, Mapping):
+        return {}
+    return {str(name): [float(v) for v in values if _positive(v)] for name, values in found.items()
+            if isinstance(values, list) and any(_positive(v) for v in values)}
 
 
 def _cpu_rate(best: float, tries: Any, what: str, unit: str) -> Rate:

@@ -8,16 +8,18 @@ bandwidth) over the old (TF32 -> bf16 on an H200: 395 -> 790 TFLOP/s and half th
 Stated uncertainty: a kernel far from its roofline is not bound by the work it does (latency, a partial wave):
 at the other extreme only the share of each kernel's time its busiest unit was busy (the report's sm, tensor,
 dram and l2 percentages) scales, the rest stays. On a device other than the report's, also the new math's
-peak over its stated range.
+peak over its stated range; and where the device's peaks were measured at several product sizes (a CPU's), the
+two maths' rate ratio at each size for the peaks' ratio: the new kernel need not run at the old one's share of
+its peak (on an AMD EPYC, bfloat16 over float32 1.8x to 2.5x by size against the peaks' 2.1x).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from harness.cards.dtype import IEEE, NATIVE, TF32
 from harness.predict.context import Context
-from harness.predict.device import ELEMENT_BYTES, DeviceError
+from harness.predict.device import ELEMENT_BYTES, DeviceError, math_key
 from harness.predict.layout import LIBRARY, removed_text, without
 from harness.predict.prediction import Estimate, Outcome, Unpredictable, register
 from harness.predict.terms import COMPUTE, INPUT, OUTPUT, WEIGHT, Term, card_terms
@@ -84,9 +86,26 @@ def dtype_estimate(ctx: Context, dtype: str, removes: Sequence[str] = ()) -> Est
     extra = [Outcome(PARTIAL, *scenario(terms.terms, partial=True))]
     extra += [Outcome(f"this device's {dtype} peak over its stated range", *scenario(terms.terms, r))
               for r in ends]
+    extra += _efficiency_outcomes(ctx, dtype, math, ratios, lambda r: scenario(terms.terms, r))
     if set(removes) & {INPUT, WEIGHT} and terms.of(INPUT, WEIGHT):
         extra.append(Outcome(LIBRARY, *scenario(terms.terms, gone=(OUTPUT,))))
     return estimate(ctx, terms, scenario, basis, extra)
+
+
+def _efficiency_outcomes(ctx: Context, dtype: str, math: str, ratios: Mapping[str, float],
+                         scenario: Callable[[Mapping[str, float]], tuple[float, float]]) -> list[Outcome]:
+    """The compute at the efficiencies the two maths' products reached at the other sizes the device's peaks were
+    measured at (a CPU's: harness.profile.cpu_peaks), each size's rate ratio taken for the peaks' ratio."""
+    old, new = math_key(ctx.dtype.dtype, ctx.dtype.math), math_key(dtype, math)
+    factors = ctx.device.efficiency_factors(old, new) if old and new else []
+    if not old or not new or not factors:
+        return []
+    peaks = ctx.device.compute[new].value / ctx.device.compute[old].value
+    name = (f"the two maths' products at each size measured: {dtype} over {ctx.dtype.dtype} "
+            f"{peaks * min(factors):.3g}x to {peaks * max(factors):.3g}x, against the peaks' {peaks:.3g}x (a kernel's "
+            "efficiency is not its peak's)")
+    return [Outcome(name, *scenario({**ratios, COMPUTE: ratios[COMPUTE] / factor}))
+            for factor in (min(factors), max(factors))]
 
 
 @register("vae_bf16")

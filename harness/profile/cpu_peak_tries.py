@@ -1,5 +1,6 @@
-"""How a CPU peak is measured (harness.profile.cpu_peaks): square `torch.mm`s of sizes grown while the next one fits
-the budget, taken in turns in consecutive tries, and a copy of a buffer larger than the last-level cache.
+"""How a CPU peak is measured (harness.profile.cpu_peaks): square products (`torch.mm` and oneDNN's 1x1 convolution)
+of sizes grown while the next one fits the budget, taken in turns in consecutive tries, and a copy of a buffer
+larger than the last-level cache.
 
 Each returns the peak (the best single product or copy), how it was obtained, and each try's own best: the
 spread a prediction's interval states (harness.predict.device).
@@ -19,6 +20,7 @@ _MATMUL_MAX_ROUNDS = 200
 TRIES = 3
 
 Measured = tuple[float, str, list[float]]  # the peak, how it was obtained, each try's best
+MatmulMeasured = tuple[float, str, list[float], dict[int, float]]  # ... and the best rate at each size
 
 
 def now() -> str:
@@ -45,8 +47,29 @@ def grown_sizes(seconds_at: Callable[[int], float], budget_s: float, sizes: tupl
     return kept
 
 
-def measure_matmul(dtype_name: str, budget_s: float) -> Measured:
-    """Best 2*n**3/t over square `torch.mm`s of the grown sizes, taken in turns until the budget ends.
+TALL = 8  # the convolution's rows per column of its weight: oneDNN's GEMM nears its peak only on tall products
+
+
+def _products(dtype: Any, n: int) -> dict[str, tuple[Callable[[], Any], float]]:
+    """The ways to multiply at size n this module times, each with its FLOPs: `torch.mm` of two n x n matrices
+    (the BLAS torch was built with), and a [TALL*n, n] x [n, n] product as a 1x1 channels-last convolution
+    (oneDNN's GEMM, as the convolutions run), since a CPU's BLAS need not be its fastest GEMM: on an AMD EPYC,
+    MKL's float32 torch.mm reached 222 GFLOP/s where oneDNN reached 490, as did a 3x3x3 convolution (a peak
+    below what an op achieves is a wrong peak)."""
+    import torch
+    import torch.nn.functional as F
+
+    a, b, c = (torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype), torch.empty(n, n, dtype=dtype))
+    rows = torch.randn(1, n, TALL * n // 32, 32).to(dtype).contiguous(memory_format=torch.channels_last)
+    weight = torch.randn(n, n, 1, 1).to(dtype).contiguous(memory_format=torch.channels_last)
+    return {"torch.mm": (lambda: torch.mm(a, b, out=c), 2.0 * n**3),
+            "1x1 channels-last conv2d": (lambda: F.conv2d(rows, weight), 2.0 * TALL * n**3)}
+
+
+def measure_matmul(dtype_name: str, budget_s: float) -> MatmulMeasured:
+    """Best FLOPs/t over the products of the grown sizes, by every way of `_products`, taken in turns until the
+    budget ends (a way that fails for the dtype is left out; all failing raises); and the best rate at each size
+    (how far from its peak a product of another size runs: harness.predict.precision's efficiency range).
 
     Taking turns over sizes and keeping the best single product makes the peak robust to a
     shared, noisy machine (rates swing by 2x between moments on a cloud VM) and to a size that
@@ -56,40 +79,87 @@ def measure_matmul(dtype_name: str, budget_s: float) -> Measured:
 
     dtype = getattr(torch, dtype_name)
     deadline = time.perf_counter() + budget_s
-    operands: dict[int, tuple[Any, Any, Any]] = {}
+    products: dict[tuple[str, int], tuple[Callable[[], Any], float]] = {}
 
     def first(n: int) -> float:
-        a, b, c = (torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype), torch.empty(n, n, dtype=dtype))
-        torch.mm(a, b, out=c)  # warm-up; raises if the dtype is unsupported
-        t0 = time.perf_counter()
-        torch.mm(a, b, out=c)
-        operands[n] = (a, b, c)
-        return time.perf_counter() - t0
+        seconds, failure = [], None
+        for way, (product, flops) in _products(dtype, n).items():
+            try:
+                product()  # warm-up; raises if this way cannot multiply the dtype
+            except (RuntimeError, TypeError, NotImplementedError) as exc:
+                failure = exc
+                continue
+            t0 = time.perf_counter()
+            product()
+            seconds.append(time.perf_counter() - t0)
+            products[way, n] = (product, flops)
+        if not seconds:
+            raise failure or RuntimeError(f"no way to multiply {dtype_name}")
+        return max(seconds)
 
     sizes = [n for n, _ in grown_sizes(first, budget_s)]
-    best_rate = {n: 0.0 for n in sizes}
+    best_rate = {key: 0.0 for key in products if key[1] in sizes}
     rates: list[float] = []  # each round's best product
     rounds = 0
     while True:
         best = 0.0
-        for n in sizes:
-            a, b, c = operands[n]
+        for key in best_rate:
+            product, flops = products[key]
             t0 = time.perf_counter()
-            torch.mm(a, b, out=c)
+            product()
             dt = time.perf_counter() - t0
             if dt > 0:
-                best_rate[n] = max(best_rate[n], 2.0 * n**3 / dt)
-                best = max(best, 2.0 * n**3 / dt)
+                best_rate[key] = max(best_rate[key], flops / dt)
+                best = max(best, flops / dt)
         rates.append(best)
         rounds += 1
         if rounds >= _MATMUL_MAX_ROUNDS or (rounds >= TRIES and time.perf_counter() >= deadline):
             break
-    n_best = max(best_rate, key=lambda n: best_rate[n])
-    per_size = ", ".join(f"n={n}: {rate / 1e9:.1f}" for n, rate in best_rate.items())
-    return best_rate[n_best], (
-        f"measured {now()}, torch.mm {dtype_name}, best single product over {rounds} rounds of "
-        f"sizes {'/'.join(str(n) for n in best_rate)} (best GFLOP/s {per_size}); peak at n={n_best}"
-    ), tries(rates)
+    way_best, n_best = max(best_rate, key=lambda key: best_rate[key])
+    per_way = "; ".join(f"{way}: " + ", ".join(f"n={n}: {rate / 1e9:.1f}" for (w, n), rate in best_rate.items()
+                                                 if w == way) for way in dict.fromkeys(w for w, _ in best_rate))
+    return best_rate[way_best, n_best], (
+        f"measured {now()}, {dtype_name}, best single product over {rounds} rounds of sizes "
+        f"{'/'.join(str(n) for n in sizes)} (best GFLOP/s {per_way}); peak by {way_best} at n={n_best}"
+    ), tries(rates), {n: max(rate for (_, m), rate in best_rate.items() if m == n) for n in sizes}
+
+
+# The reference convolutions of measure_conv_layouts: 3x3x3 kernels, (Cin, Cout, output T, H, W), square ones at
+# three widths and a narrow output (the kinds of convolution of a video VAE), 0.2 to 3.6 GFLOP each (at 16x less
+# the speedups swung by 0.1 between two measurements).
+CONV_REFERENCES = ((64, 64, (4, 64, 32)), (128, 128, (4, 32, 32)), (256, 256, (4, 16, 16)), (64, 4, (4, 128, 64)))
+CONV_LAYOUTS = {"channels_last_3d": (True, True), "channels_last_input": (True, False),
+                "channels_last_weight": (False, True)}  # which of input and weight are channels-last
+_CONV_REPEATS = 3
+
+
+def measure_conv_layouts() -> dict[str, list[float]]:
+    """For each layout of CONV_LAYOUTS, at each reference convolution, float32: the NCDHW convolution's best time
+    over the layout's (its speedup). A library's kernel for channels-last tensors need not run at the NCDHW
+    kernel's share of the peak (oneDNN's ran 1.0x to 1.2x faster on an AMD EPYC): the spread is what
+    harness.predict.layout states for the library's kernel choice."""
+    import torch
+    import torch.nn.functional as F
+
+    def fmt(tensor: Any, last: bool) -> Any:
+        return tensor.contiguous(memory_format=torch.channels_last_3d) if last else tensor
+
+    out: dict[str, list[float]] = {name: [] for name in CONV_LAYOUTS}
+    for cin, cout, (t, h, w) in CONV_REFERENCES:
+        x, weight, bias = torch.randn(1, cin, t + 2, h + 2, w + 2), torch.randn(cout, cin, 3, 3, 3), torch.randn(cout)
+        forms = {"contiguous": (x, weight), **{name: (fmt(x, last_x), fmt(weight, last_w))
+                                                for name, (last_x, last_w) in CONV_LAYOUTS.items()}}
+        for inp, wt in forms.values():
+            F.conv3d(inp, wt, bias)  # warm-up: the library picks and prepares its kernel
+        best = {name: math.inf for name in forms}
+        for _ in range(_CONV_REPEATS):  # in turns, so that a moment of interference meets every form alike
+            for name, (inp, wt) in forms.items():
+                t0 = time.perf_counter()
+                F.conv3d(inp, wt, bias)
+                best[name] = min(best[name], time.perf_counter() - t0)
+        for name in CONV_LAYOUTS:
+            out[name].append(best["contiguous"] / best[name])
+    return out
 
 
 def measure_bandwidth(budget_s: float, llc: int | None) -> Measured:

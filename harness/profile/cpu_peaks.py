@@ -4,8 +4,10 @@ The CPU backend's roofline estimates (sm_pct, dram_pct) divide by these numbers,
 measured on the machine itself, with the thread count torch will use, rather than taken from a
 datasheet:
 
-- FLOP/s per dtype (float32, bfloat16, float16 where torch supports it): `torch.mm` of square
-  matrices from n = 256 up, doubling while the next size's product (8x the work) fits a quarter of
+- FLOP/s per dtype (float32, bfloat16, float16 where torch supports it): square products, by
+  `torch.mm` and by oneDNN's 1x1 channels-last convolution of 8n rows (a CPU's BLAS need not be its
+  fastest GEMM: MKL's float32 torch.mm on an AMD EPYC reached 222 GFLOP/s, oneDNN 490, a conv3d 490),
+  from n = 256 up, doubling while the next size's product (8x the work) fits a quarter of
   the dtype's share of the time budget, up to 4096 (harness.profile.cpu_peak_tries): n <= 1024
   alone stopped short of the peak, and a conv3d then ran at 116% of the "peak". The sizes are
   taken in turns within the dtype's share of the budget, in three consecutive tries; the peak is
@@ -22,9 +24,9 @@ hold valid peaks for this key is re-measured with a warning; a cache that cannot
 warned about; neither is fatal. A measurement taken while other processes held the cores (see
 `CpuPeaks.cpu_share`: judged by the float32 product, which uses every thread on every CPU) is measured
 once more, the best of both kept, and cached only if the second was undisturbed; else it is used but not
-cached, so that a later process measures again. Caches of an earlier schema (n <= 1024, judged by the best
-share of any measurement, so a float32 product slowed by another job could hide behind an undisturbed copy)
-are measured again.
+cached, so that a later process measures again. Caches of an earlier schema (torch.mm alone; n <= 1024, judged
+by the best share of any measurement, so a float32 product slowed by another job could hide behind an undisturbed
+copy) are measured again.
 """
 
 from __future__ import annotations
@@ -41,9 +43,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, TypeGuard
 
-from harness.profile.cpu_peak_tries import Measured, measure_bandwidth, measure_matmul, now
+from harness.profile.cpu_peak_tries import measure_bandwidth, measure_conv_layouts, measure_matmul, now
 
-SCHEMA = 3  # 3: sizes grown to the plateau, busy judged by float32, tries kept (2: cpu_share recorded)
+SCHEMA = 4  # 4: oneDNN's product beside torch.mm (3: sizes grown to the plateau, busy judged by float32, tries kept)
 MATMUL_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 BUSY_CPU_SHARE = 0.75
 BUSY_JUDGE = "float32"  # the measurement whose share says whether other work took the cores
@@ -69,6 +71,9 @@ class CpuPeaks:
     cpu_share: float | None = None
     unsupported: dict[str, str] = field(default_factory=dict)  # dtype -> why no peak
     tries: dict[str, list[float]] = field(default_factory=dict)  # dtype or "mem_bw" -> each try's best rate
+    by_size: dict[str, dict[str, float]] = field(default_factory=dict)  # dtype -> product size n -> best FLOP/s
+    # layout -> its float32 3x3x3 convolution's speedup over NCDHW at each reference shape (cpu_peak_tries)
+    conv_layouts: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def busy(self) -> bool:
@@ -122,6 +127,14 @@ class CpuPeaks:
         if not isinstance(tries, dict) or not all(isinstance(v, list) and all(map(_positive, v))
                                                   for v in tries.values()):
             raise ValueError("tries must map names to lists of positive rates")
+        by_size = obj.get("by_size", {})
+        if not isinstance(by_size, dict) or not all(isinstance(v, dict) and all(map(_positive, v.values()))
+                                                    for v in by_size.values()):
+            raise ValueError("by_size must map dtypes to sizes' positive rates")
+        layouts = obj.get("conv_layouts", {})
+        if not isinstance(layouts, dict) or not all(isinstance(v, list) and all(map(_positive, v))
+                                                    for v in layouts.values()):
+            raise ValueError("conv_layouts must map layouts to lists of positive speedups")
         return cls(
             flops_per_s={str(k): float(v) for k, v in flops.items()},
             mem_bw_bytes_per_s=float(obj["mem_bw_bytes_per_s"]),
@@ -136,6 +149,8 @@ class CpuPeaks:
             cpu_share=float(share) if _positive(share) or _is_zero(share) else None,
             unsupported={str(k): str(v) for k, v in unsupported.items()},
             tries={str(k): [float(x) for x in v] for k, v in tries.items()},
+            by_size={str(k): {str(n): float(r) for n, r in v.items()} for k, v in by_size.items()},
+            conv_layouts={str(k): [float(x) for x in v] for k, v in layouts.items()},
         )
 
 
@@ -239,7 +254,7 @@ def measure_cpu_peaks(*, budget_s: float = 4.0) -> CpuPeaks:
     shares: dict[str, float] = {}  # per measurement: process CPU time / (wall time x torch threads)
     threads = max(1, torch.get_num_threads())
 
-    def timed_share(name: str, measure: Callable[[], Measured]) -> Measured:
+    def timed_share(name: str, measure: Callable[[], Any]) -> Any:
         cpu0, wall0 = time.process_time(), time.perf_counter()
         measured = measure()
         wall = time.perf_counter() - wall0
@@ -250,15 +265,18 @@ def measure_cpu_peaks(*, budget_s: float = 4.0) -> CpuPeaks:
     flops: dict[str, float] = {}
     sources: dict[str, str] = {}
     tries: dict[str, list[float]] = {}
+    by_size: dict[str, dict[str, float]] = {}
     unsupported: dict[str, str] = {}
     for name in MATMUL_DTYPES:
         if not hasattr(torch, name):
             unsupported[name] = "torch has no such dtype"
             continue
         try:
-            flops[name], sources[name], tries[name] = timed_share(name, functools.partial(measure_matmul, name, share))
+            flops[name], sources[name], tries[name], sizes = timed_share(
+                name, functools.partial(measure_matmul, name, share))
+            by_size[name] = {str(n): rate for n, rate in sizes.items()}
         except (RuntimeError, TypeError, NotImplementedError) as exc:
-            unsupported[name] = f"torch.mm failed: {str(exc).splitlines()[0][:200]}"
+            unsupported[name] = f"no product ran: {str(exc).splitlines()[0][:200]}"
             continue
     if not flops:
         raise RuntimeError(f"no matmul dtype could be measured on this CPU: {unsupported}")
@@ -273,8 +291,20 @@ def measure_cpu_peaks(*, budget_s: float = 4.0) -> CpuPeaks:
         cpu_share=shares.get(BUSY_JUDGE, max(shares.values(), default=None)),
         unsupported=unsupported,
         tries=tries,
+        by_size=by_size,
+        conv_layouts=_conv_layouts(),
         **key,
     )
+
+
+def _conv_layouts() -> dict[str, list[float]]:
+    """measure_conv_layouts, or none where this torch has no float32 channels-last conv3d (said by a warning)."""
+    try:
+        return measure_conv_layouts()
+    except (RuntimeError, TypeError, NotImplementedError) as exc:
+        warnings.warn(f"the convolution layouts could not be measured ({str(exc).splitlines()[0][:200]}): "
+                      "layout predictions state no library-kernel range", RuntimeWarning, stacklevel=2)
+        return {}
 
 
 def best_of(first: CpuPeaks, second: CpuPeaks) -> CpuPeaks:
@@ -288,6 +318,9 @@ def best_of(first: CpuPeaks, second: CpuPeaks) -> CpuPeaks:
         sources={**first.sources, **{n: s for n, s in second.sources.items()
                                      if second.flops_per_s.get(n, 0.0) >= first.flops_per_s.get(n, 0.0)}},
         tries={n: first.tries.get(n, []) + second.tries.get(n, []) for n in set(first.tries) | set(second.tries)},
+        by_size={d: {n: max(first.by_size.get(d, {}).get(n, 0.0), second.by_size.get(d, {}).get(n, 0.0))
+                     for n in set(first.by_size.get(d, {})) | set(second.by_size.get(d, {}))}
+                 for d in set(first.by_size) | set(second.by_size)},
     )
 
 

@@ -192,3 +192,43 @@ def test_on_another_device_the_interval_is_the_prediction_made_again_at_its_peak
     prediction = row("c", "vae_channels_last", "channels_last_3d", {}, "planted", found, None)
     assert prediction.interval is not None and prediction.interval[0] <= slowest < found.speedup
     assert any("peaks" in line for line in prediction.interval_from)
+
+
+def test_a_new_maths_kernel_may_sit_as_far_from_the_peaks_ratio_as_the_products_at_other_sizes_did():
+    """A planted CPU whose bfloat16 peak is 2x its float32 one, while at the product sizes measured bfloat16 ran
+    1.5x and 2.5x float32: a compute-bound conv (its conversions negligible against a 1 PB/s copy) in bf16 is
+    predicted 2x, its interval reaching 1.5x and 2.5x, which no other uncertainty moves further here."""
+    from harness.predict.uncertainty import predict_one
+
+    cpu = cpu_device({"flops_per_s": {"float32": 1e12, "bfloat16": 2e12}, "mem_bw_bytes_per_s": 1e18,
+                      "cpu_model": "planted",
+                      "by_size": {"float32": {"256": 1e11, "512": 4e11}, "bfloat16": {"256": 1.5e11, "512": 1e12}}})
+    assert sorted(cpu.efficiency_factors("fp32_tflops", "bf16_tflops")) == pytest.approx([0.75, 1.25])
+    ctx = context(conv_card(CONVERSIONS, 100.0), CardDtype("float32", "report", NATIVE, "planted"), cpu, here=False)
+    params = {"dtype": "bfloat16", "memory_format": "as_given"}
+    found = predict_one(PREDICTORS["vae_bf16"], ctx, "low_precision", params)
+    assert isinstance(found, Estimate) and found.speedup == pytest.approx(2.0, rel=1e-6)
+    prediction = row("c", "vae_bf16", "low_precision", {}, "planted", found, None)
+    assert prediction.interval is not None
+    # the compute at half its roofline on both sides moves nothing here; the size outcome is the widest move
+    assert prediction.interval[0] == pytest.approx(1.5, rel=1e-6)
+    assert prediction.interval[1] == pytest.approx(2.5, rel=1e-6)
+    assert any("1.5x to 2.5x, against the peaks' 2x" in line for line in prediction.interval_from)
+
+
+def test_a_layouts_kernel_may_run_as_much_faster_or_slower_as_the_devices_reference_convolutions_did():
+    """A planted CPU whose reference convolutions ran 0.8x to 1.25x their NCDHW time in channels_last_3d: the
+    compute-bound conv's conversions (a 1 PB/s copy) cost nothing, so the point is 1x and the interval the
+    compute divided by the slowest and the fastest of those speedups."""
+    from harness.predict.uncertainty import predict_one
+
+    cpu = cpu_device({"flops_per_s": {"float32": 1e12}, "mem_bw_bytes_per_s": 1e18, "cpu_model": "planted",
+                      "conv_layouts": {"channels_last_3d": [1.0, 0.8, 1.25], "channels_last_input": [1.1]}})
+    ctx = context(conv_card(CONVERSIONS, 100.0), CardDtype("float32", "report", NATIVE, "planted"), cpu, here=False)
+    found = predict_one(PREDICTORS["vae_channels_last"], ctx, "channels_last_3d", {})
+    assert isinstance(found, Estimate) and found.speedup == pytest.approx(1.0, rel=1e-6)
+    prediction = row("c", "vae_channels_last", "channels_last_3d", {}, "planted", found, None)
+    assert prediction.interval == pytest.approx([0.8, 1.25], rel=1e-6)
+    assert any("ran 0.8x to 1.25x their NCDHW time" in line for line in prediction.interval_from)
+    weight = predict_one(PREDICTORS["vae_channels_last"], ctx, "channels_last_weight", {})  # not measured: no range
+    assert isinstance(weight, Estimate) and not any("reference convolutions" in o.uncertainty for o in weight.outcomes)

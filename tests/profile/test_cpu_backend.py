@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from types import SimpleNamespace
 
@@ -197,9 +198,9 @@ def test_busy_is_judged_by_the_float32_products(monkeypatch, shares, busy):
         clock["wall"] += 1.0
         clock["cpu"] += share * threads
 
-    def matmul(name: str, budget_s: float) -> tuple[float, str, list[float]]:
+    def matmul(name: str, budget_s: float) -> tuple[float, str, list[float], dict[int, float]]:
         spend(shares[name])
-        return 1e11, "fake", [1e11]
+        return 1e11, "fake", [1e11], {256: 1e11}
 
     def bandwidth(budget_s: float, llc: int | None) -> tuple[float, str, list[float]]:
         spend(0.9)
@@ -226,6 +227,27 @@ def test_matmul_sizes_grow_while_the_next_product_fits_the_budget():
     assert seen == [256, 512, 1024, 2048]
     assert [n for n, _ in cpu_peak_tries.grown_sizes(seconds_at, budget_s=1e6)] == list(cpu_peak_tries.MATMUL_SIZES)
     assert [n for n, _ in cpu_peak_tries.grown_sizes(lambda n: 1.0, budget_s=4.0)] == [256]  # a slow, emulated dtype
+
+
+def test_the_peak_is_the_fastest_way_to_multiply_and_a_way_that_fails_is_left_out(monkeypatch):
+    """MKL's float32 torch.mm on an AMD EPYC ran at half of oneDNN's product (and of its conv3d): a peak is the
+    best of every way. A planted machine: one way takes 8 ms a product, another 1 ms, a third cannot multiply."""
+    def sleeper(seconds: float):
+        return lambda: time.sleep(seconds), 2.0 * 256**3
+
+    def failing():
+        raise RuntimeError("not implemented for 'Half'")
+
+    ways = {"slow": sleeper(0.008), "fast": sleeper(0.001), "broken": (failing, 1.0)}
+    monkeypatch.setattr(cpu_peak_tries, "MATMUL_SIZES", (256,))
+    monkeypatch.setattr(cpu_peak_tries, "_products", lambda dtype, n: dict(ways))
+    peak, source, tries, by_size = cpu_peak_tries.measure_matmul("float32", budget_s=0.05)
+    assert "peak by fast at n=256" in source and "broken" not in source
+    assert 2 * 256**3 / 0.004 < peak <= 2 * 256**3 / 0.001  # the fast way's (a sleep overshoots), not the slow
+    assert max(tries) == peak == by_size[256]  # each consecutive run's best, the peak among them
+    monkeypatch.setattr(cpu_peak_tries, "_products", lambda dtype, n: {"broken": (failing, 1.0)})
+    with pytest.raises(RuntimeError, match="Half"):
+        cpu_peak_tries.measure_matmul("float16", budget_s=0.05)
 
 
 def test_tries_keep_each_consecutive_runs_best():
