@@ -5,10 +5,16 @@ weight once: the invocation's roofline grows only by the other calls' rows (x an
 serves k original calls. The kernel keeps its efficiency: the card's time moves by the ratio of the two
 rooflines, and the time per original call is that over k.
 
+Where the device's few-row products were measured (a CPU's: harness.profile.library_kernels), a product of M
+rows runs at the share of its roofline the reference product of as many rows reached (interpolated in log M),
+by the reference weight nearest the card's in bytes (in DRAM or in the last-level cache): the call of M rows and
+the batch of kM rows each at their own share, not the same efficiency.
+
 Stated uncertainty: a kernel far from its roofline (the 256->5120 linear: a few microseconds, a partial wave) is
 latency, not work: at the other extreme only its busy share grows with the rooflines, the rest stays per
-invocation (and is shared by the k calls). A call whose weight is under half its bytes is skipped by the
-experiment (the N=64 heads read a 4680x5120 activation): no number for it.
+invocation (and is shared by the k calls); with measured few-row products, the weight at the other place (the
+cache's reference for DRAM's, or DRAM's for the cache's). A call whose weight is under half its bytes is skipped
+by the experiment (the N=64 heads read a 4680x5120 activation): no number for it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any, Mapping
 
 from harness.predict.context import Context
 from harness.predict.prediction import Estimate, Outcome, Unpredictable, register
+from harness.predict.references import few_row_shares
 from harness.predict.terms import Term, card_terms
 from harness.predict.uncertainty import estimate
 from harness.predict.work import Work
@@ -52,13 +59,27 @@ def predict_batching(ctx: Context, variant: str, params: Mapping[str, Any]) -> E
     one = ctx.device.roofline_us(work.flops, work.nbytes(size), dtype, math)
     many = ctx.device.roofline_us(k * work.flops, batched_work(work, k).nbytes(size), dtype, math)
     growth = many / one
+    rows = int(work.shape["M"])
+    shares = {} if ctx.measured_here else few_row_shares(ctx, work.nbytes(size, ["weight"]), (rows, k * rows))
 
-    def scenario(ts: list[Term] | Any, latency: bool = False) -> tuple[float, float]:
+    def scenario(ts: list[Term] | Any, latency: bool = False, at: str | None = None) -> tuple[float, float]:
         base = sum(t.us for t in ts)
         grown = sum(t.us * ((t.busy if latency and t.busy is not None else 1.0) * (growth - 1.0) + 1.0) for t in ts)
-        return base, grown / k
+        if at is None or at not in shares:
+            return base, grown / k
+        call, batch = shares[at]
+        return base / call, grown / batch / k
 
-    basis = (f"M={work.shape['M']}: weight reads shared by k={k} calls: the invocation's roofline "
+    basis = (f"M={rows}: weight reads shared by k={k} calls: the invocation's roofline "
              f"{one:.3g} -> {many:.3g} us (weight {work.nbytes(size, ['weight']) / 1e6:.4g} MB, "
              f"{share:.0%} of the bytes), x{growth:.3g} on the card's {terms.total_us:.4g} us, over {k} calls")
-    return estimate(ctx, terms, scenario, basis, [Outcome(LATENCY, *scenario(terms.terms, latency=True))])
+    if not shares:
+        return estimate(ctx, terms, scenario, basis, [Outcome(LATENCY, *scenario(terms.terms, latency=True))])
+    nearest, *other = shares
+    call, batch = shares[nearest]
+    basis += (f"; the device's products of {rows} and {k * rows} rows by its {nearest} reference weight ran at "
+              f"{call:.0%} and {batch:.0%} of their rooflines (harness.profile.library_kernels)")
+    extra = [Outcome(f"the weight in {where}: its reference products' shares of their rooflines", *scenario(
+        terms.terms, at=where)) for where in other]
+    return estimate(ctx, terms, lambda ts: scenario(ts, at=nearest), basis,
+                    [Outcome(LATENCY, *scenario(terms.terms, latency=True, at=nearest)), *extra])

@@ -60,6 +60,11 @@ class DeviceModel:
     size_rates: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     # layout -> the device's reference convolutions' speedups in it over NCDHW (a CPU's: harness.profile.cpu_peaks)
     conv_layouts: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    # dtype -> where the weight sits ("dram", "cache") -> (the square weight's side, rows -> seconds): the device's
+    # few-row products (a CPU's: harness.profile.library_kernels)
+    few_rows: Mapping[str, Mapping[str, tuple[int, Mapping[int, float]]]] = field(default_factory=dict)
+    # (Cin, Cout, output (T, H, W), NCDHW float32 seconds) of the device's reference 3x3x3 convolutions
+    conv_references: Sequence[tuple[int, int, tuple[int, int, int], float]] = field(default_factory=tuple)
 
     def rate(self, dtype: str, math: str) -> Rate:
         key = math_key(dtype, math)
@@ -155,7 +160,9 @@ def cpu_device(peaks: Mapping[str, Any]) -> DeviceModel:
                   for dtype, key in _CPU_DTYPES.items() if isinstance(by_size.get(dtype), Mapping)}
     return DeviceModel(name=f"CPU {peaks.get('cpu_model') or ''}".strip(), kind="cpu", compute=compute,
                        bandwidth=_cpu_rate(float(bandwidth), tries.get("mem_bw"), "measured copy bandwidth", "GB/s"),
-                       notes=notes, size_rates=size_rates, conv_layouts=_conv_layouts(peaks.get("conv_layouts")))
+                       notes=notes, size_rates=size_rates, conv_layouts=_conv_layouts(peaks.get("conv_layouts")),
+                       few_rows=_few_rows(peaks.get("few_rows")),
+                       conv_references=_conv_references(peaks.get("conv_references")))
 
 
 def _conv_layouts(found: Any) -> dict[str, list[float]]:
@@ -163,6 +170,32 @@ def _conv_layouts(found: Any) -> dict[str, list[float]]:
         return {}
     return {str(name): [float(v) for v in values if _positive(v)] for name, values in found.items()
             if isinstance(values, list) and any(_positive(v) for v in values)}
+
+
+def _conv_references(found: Any) -> tuple[tuple[int, int, tuple[int, int, int], float], ...]:
+    out = []
+    for ref in (found if isinstance(found, list) else ()):
+        try:
+            t, h, w = (int(v) for v in ref["output"])
+            cin, cout, seconds = int(ref["cin"]), int(ref["cout"]), float(ref["seconds"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if min(cin, cout, t, h, w) > 0 and seconds > 0:
+            out.append((cin, cout, (t, h, w), seconds))
+    return tuple(out)
+
+
+def _few_rows(found: Any) -> dict[str, dict[str, tuple[int, dict[int, float]]]]:
+    out: dict[str, dict[str, tuple[int, dict[int, float]]]] = {}
+    for dtype, places in (found.items() if isinstance(found, Mapping) else ()):
+        for where, entry in (places.items() if isinstance(places, Mapping) else ()):
+            seconds = entry.get("seconds") if isinstance(entry, Mapping) else None
+            if not isinstance(seconds, Mapping) or not _positive(entry.get("n")):
+                continue
+            times = {int(m): float(t) for m, t in seconds.items() if str(m).isdigit() and _positive(t)}
+            if times:
+                out.setdefault(str(dtype), {})[str(where)] = (int(entry["n"]), times)
+    return out
 
 
 def _cpu_rate(best: float, tries: Any, what: str, unit: str) -> Rate:

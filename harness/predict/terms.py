@@ -7,7 +7,8 @@ missing dominant kernel's, a compute term; where the list lost the output's conv
 estimated from the output's bytes at the rate the card's own input conversion ran, and taken out of the
 unlisted time. Elsewhere (another device, a run's scale) each term is timed by its roofline on the device at
 the shape it runs: a conversion moves its tensor (read + write), an elementwise kernel the output, the
-compute does the op's FLOPs over its minimum bytes.
+compute does the op's FLOPs over its minimum bytes (a convolution's at the share of its roofline the device's
+nearest reference convolution reached, where it has them: harness.predict.references).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from harness.cards.kernel_families import kernel_family
 from harness.cards.layout_conversions import is_layout_conversion
 from harness.cards.model import Kernel
 from harness.predict.context import Context
+from harness.predict.references import conv_share
 from harness.predict.work import Work, work_of
 
 INPUT, WEIGHT, OUTPUT = "input", "weight", "output"  # what a conversion moves
@@ -161,5 +163,9 @@ def _on_device(ctx: Context, terms: Sequence[Term]) -> list[Term] | None:
         else:
             term = replace(term, label="compute")
             us = ctx.device.roofline_us(work.flops, work.nbytes(size), dtype, math_mode)
+            share = conv_share(ctx)
+            if share is not None:
+                out.append(replace(term, us=us / share[0], busy=1.0, derived=f"roofline {share[1]}"))
+                continue
         out.append(replace(term, us=us, busy=1.0, derived="roofline"))
     return out

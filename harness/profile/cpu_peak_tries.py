@@ -124,44 +124,6 @@ def measure_matmul(dtype_name: str, budget_s: float) -> MatmulMeasured:
     ), tries(rates), {n: max(rate for (_, m), rate in best_rate.items() if m == n) for n in sizes}
 
 
-# The reference convolutions of measure_conv_layouts: 3x3x3 kernels, (Cin, Cout, output T, H, W), square ones at
-# three widths and a narrow output (the kinds of convolution of a video VAE), 0.2 to 3.6 GFLOP each (at 16x less
-# the speedups swung by 0.1 between two measurements).
-CONV_REFERENCES = ((64, 64, (4, 64, 32)), (128, 128, (4, 32, 32)), (256, 256, (4, 16, 16)), (64, 4, (4, 128, 64)))
-CONV_LAYOUTS = {"channels_last_3d": (True, True), "channels_last_input": (True, False),
-                "channels_last_weight": (False, True)}  # which of input and weight are channels-last
-_CONV_REPEATS = 3
-
-
-def measure_conv_layouts() -> dict[str, list[float]]:
-    """For each layout of CONV_LAYOUTS, at each reference convolution, float32: the NCDHW convolution's best time
-    over the layout's (its speedup). A library's kernel for channels-last tensors need not run at the NCDHW
-    kernel's share of the peak (oneDNN's ran 1.0x to 1.2x faster on an AMD EPYC): the spread is what
-    harness.predict.layout states for the library's kernel choice."""
-    import torch
-    import torch.nn.functional as F
-
-    def fmt(tensor: Any, last: bool) -> Any:
-        return tensor.contiguous(memory_format=torch.channels_last_3d) if last else tensor
-
-    out: dict[str, list[float]] = {name: [] for name in CONV_LAYOUTS}
-    for cin, cout, (t, h, w) in CONV_REFERENCES:
-        x, weight, bias = torch.randn(1, cin, t + 2, h + 2, w + 2), torch.randn(cout, cin, 3, 3, 3), torch.randn(cout)
-        forms = {"contiguous": (x, weight), **{name: (fmt(x, last_x), fmt(weight, last_w))
-                                                for name, (last_x, last_w) in CONV_LAYOUTS.items()}}
-        for inp, wt in forms.values():
-            F.conv3d(inp, wt, bias)  # warm-up: the library picks and prepares its kernel
-        best = {name: math.inf for name in forms}
-        for _ in range(_CONV_REPEATS):  # in turns, so that a moment of interference meets every form alike
-            for name, (inp, wt) in forms.items():
-                t0 = time.perf_counter()
-                F.conv3d(inp, wt, bias)
-                best[name] = min(best[name], time.perf_counter() - t0)
-        for name in CONV_LAYOUTS:
-            out[name].append(best["contiguous"] / best[name])
-    return out
-
-
 def measure_bandwidth(budget_s: float, llc: int | None) -> Measured:
     import torch
 

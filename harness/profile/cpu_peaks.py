@@ -43,7 +43,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, TypeGuard
 
-from harness.profile.cpu_peak_tries import measure_bandwidth, measure_conv_layouts, measure_matmul, now
+from harness.profile.cpu_peak_tries import measure_bandwidth, measure_matmul, now
+from harness.profile.library_kernels import measure_conv_layouts, measure_few_rows
 
 SCHEMA = 4  # 4: oneDNN's product beside torch.mm (3: sizes grown to the plateau, busy judged by float32, tries kept)
 MATMUL_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
@@ -74,6 +75,10 @@ class CpuPeaks:
     by_size: dict[str, dict[str, float]] = field(default_factory=dict)  # dtype -> product size n -> best FLOP/s
     # layout -> its float32 3x3x3 convolution's speedup over NCDHW at each reference shape (cpu_peak_tries)
     conv_layouts: dict[str, list[float]] = field(default_factory=dict)
+    # the reference convolutions: cin, cout, output [T, H, W] (3x3x3 kernels) and their NCDHW float32 best seconds
+    conv_references: list[dict[str, Any]] = field(default_factory=list)
+    # dtype -> "dram"/"cache" -> {"n": the weight's side, "seconds": {rows: best time}} (library_kernels)
+    few_rows: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def busy(self) -> bool:
@@ -135,6 +140,15 @@ class CpuPeaks:
         if not isinstance(layouts, dict) or not all(isinstance(v, list) and all(map(_positive, v))
                                                     for v in layouts.values()):
             raise ValueError("conv_layouts must map layouts to lists of positive speedups")
+        references = obj.get("conv_references", [])
+        if not isinstance(references, list) or not all(isinstance(r, dict) and _positive(r.get("seconds"))
+                                                       for r in references):
+            raise ValueError("conv_references must be a list of reference convolutions with their times")
+        few_rows = obj.get("few_rows", {})
+        if not isinstance(few_rows, dict) or not all(isinstance(v, dict) and all(
+                isinstance(r, dict) and _positive(r.get("n")) and isinstance(r.get("seconds"), dict)
+                and all(map(_positive, r["seconds"].values())) for r in v.values()) for v in few_rows.values()):
+            raise ValueError("few_rows must map dtypes to weights' sides and positive times")
         return cls(
             flops_per_s={str(k): float(v) for k, v in flops.items()},
             mem_bw_bytes_per_s=float(obj["mem_bw_bytes_per_s"]),
@@ -151,6 +165,10 @@ class CpuPeaks:
             tries={str(k): [float(x) for x in v] for k, v in tries.items()},
             by_size={str(k): {str(n): float(r) for n, r in v.items()} for k, v in by_size.items()},
             conv_layouts={str(k): [float(x) for x in v] for k, v in layouts.items()},
+            conv_references=[dict(r) for r in references],
+            few_rows={str(k): {str(w): {"n": int(r["n"]), "seconds": {str(m): float(t)
+                                                                       for m, t in r["seconds"].items()}}
+                               for w, r in v.items()} for k, v in few_rows.items()},
         )
 
 
@@ -292,19 +310,25 @@ def measure_cpu_peaks(*, budget_s: float = 4.0) -> CpuPeaks:
         unsupported=unsupported,
         tries=tries,
         by_size=by_size,
-        conv_layouts=_conv_layouts(),
+        **_library_kernels(llc),
         **key,
     )
 
 
-def _conv_layouts() -> dict[str, list[float]]:
-    """measure_conv_layouts, or none where this torch has no float32 channels-last conv3d (said by a warning)."""
-    try:
-        return measure_conv_layouts()
-    except (RuntimeError, TypeError, NotImplementedError) as exc:
-        warnings.warn(f"the convolution layouts could not be measured ({str(exc).splitlines()[0][:200]}): "
-                      "layout predictions state no library-kernel range", RuntimeWarning, stacklevel=2)
-        return {}
+def _library_kernels(llc: int | None) -> dict[str, Any]:
+    """harness.profile.library_kernels' measurements (`conv_layouts` and `conv_references`, `few_rows`), each left
+    out with a warning where this torch cannot run it."""
+    measures: dict[str, Callable[[], dict[str, Any]]] = {
+        "the reference convolutions": lambda: dict(zip(("conv_layouts", "conv_references"), measure_conv_layouts())),
+        "the few-row products": lambda: {"few_rows": measure_few_rows(llc)}}
+    found: dict[str, Any] = {}
+    for what, measure in measures.items():
+        try:
+            found.update(measure())
+        except (RuntimeError, TypeError, NotImplementedError) as exc:
+            warnings.warn(f"{what} could not be measured ({str(exc).splitlines()[0][:200]}): predictions state no "
+                          "range from them", RuntimeWarning, stacklevel=2)
+    return found
 
 
 def best_of(first: CpuPeaks, second: CpuPeaks) -> CpuPeaks:

@@ -13,6 +13,7 @@ from harness.cards.model import Card, parse_report
 from harness.predict.context import Context
 from harness.predict.device import DeviceModel, Rate, cpu_device
 from harness.predict.prediction import PREDICTORS, Estimate, Unpredictable, row
+from harness.predict.terms import card_terms
 from harness.predict.work import work_of
 
 # A planted GPU: round peaks, the same at both ends of their ranges.
@@ -232,3 +233,57 @@ def test_a_layouts_kernel_may_run_as_much_faster_or_slower_as_the_devices_refere
     assert any("ran 0.8x to 1.25x their NCDHW time" in line for line in prediction.interval_from)
     weight = predict_one(PREDICTORS["vae_channels_last"], ctx, "channels_last_weight", {})  # not measured: no range
     assert isinstance(weight, Estimate) and not any("reference convolutions" in o.uncertainty for o in weight.outcomes)
+
+
+def test_batching_on_a_device_with_measured_few_row_products_runs_each_product_at_its_measured_share():
+    """A planted CPU (bf16 1 TFLOP/s, 100 GB/s) whose reference products by a 1000x1000 bf16 weight took twice
+    their roofline at 3 rows and 1.25x at 60: a 1000x1000 M=3 call's 20.12 us roofline (2.012 MB) is 40.24 us,
+    20 calls' batch of 60 rows (2*60*1e6 FLOP: 120 us at the peak) 150 us: 20 x 40.24 / 150 = 5.365x. A weight
+    nearer another reference (a 100x100 one, in the cache) reads that one; the other is the interval's."""
+    from harness.predict.uncertainty import predict_one
+
+    roofline_3 = (1e6 + 2 * 3 * 1000) * 2 / 1e11
+    places = {"dram": {"n": 1000, "seconds": {"3": 2 * roofline_3, "60": 1.25 * 2 * 60 * 1e6 / 1e12}}}
+    peaks = {"flops_per_s": {"bfloat16": 1e12}, "mem_bw_bytes_per_s": 1e11, "cpu_model": "planted",
+             "few_rows": {"bfloat16": places}}
+    card = linear_card({"M": 3, "N": 1000, "K": 1000, "bias": False}, 40.0)
+    ctx = context(card, CardDtype("bfloat16", "report", NATIVE, "planted"), cpu_device(peaks), here=False)
+    found = predict_one(PREDICTORS["dit_small_m_batching"], ctx, "batched", {"k": 20})
+    assert isinstance(found, Estimate) and found.speedup == pytest.approx(20 * 2 * roofline_3 / 150e-6, rel=1e-6)
+    assert "ran at 50% and 80% of their rooflines" in found.basis
+
+    cached = {**places, "cache": {"n": 100, "seconds": {"3": 1.0, "60": 1.0}}}  # absurdly slow: only an outcome
+    ctx = context(card, CardDtype("bfloat16", "report", NATIVE, "planted"),
+                  cpu_device({**peaks, "few_rows": {"bfloat16": cached}}), here=False)
+    again = predict_one(PREDICTORS["dit_small_m_batching"], ctx, "batched", {"k": 20})
+    assert isinstance(again, Estimate) and again.speedup == pytest.approx(found.speedup, rel=1e-9)
+    assert any("the weight in cache" in o.uncertainty for o in again.outcomes)
+
+
+def test_a_convolutions_compute_runs_at_the_share_its_nearest_reference_convolution_reached():
+    """A planted CPU (fp32 1 TFLOP/s, 10 GB/s) whose narrow reference convolution (64 -> 4) took 5x its roofline
+    and whose wide one (256 -> 256) ran at its roofline: the 96 -> 3 card's compute is 5x its roofline, so the
+    conversions a layout removes are a smaller share of it than the roofline alone says."""
+    def roofline_s(cin: int, cout: int, out: tuple[int, int, int]) -> float:
+        t, h, w = out
+        work = work_of("conv3d", {"input": [1, cin, t + 2, h + 2, w + 2], "weight": [cout, cin, 3, 3, 3],
+                                  "output": [1, cout, t, h, w]})
+        assert work is not None
+        return max(work.flops / 1e12, work.nbytes(4) / 1e10)
+
+    refs = [{"cin": 64, "cout": 4, "output": [4, 128, 64], "seconds": 5 * roofline_s(64, 4, (4, 128, 64))},
+            {"cin": 256, "cout": 256, "output": [4, 16, 16], "seconds": roofline_s(256, 256, (4, 16, 16))}]
+    cpu = cpu_device({"flops_per_s": {"float32": 1e12}, "mem_bw_bytes_per_s": 1e10, "cpu_model": "planted",
+                      "conv_references": refs})
+    ctx = context(conv_card(CONVERSIONS, 100.0), CardDtype("float32", "report", NATIVE, "planted"), cpu, here=False)
+    found = predicted(ctx, "vae_channels_last", "channels_last_3d")
+    assert isinstance(found, Estimate)
+    work = work_of("conv3d", CONV_SHAPE)
+    assert work is not None
+    compute = 5 * max(work.flops / 1e12, work.nbytes(4) / 1e10) * 1e6
+    moved = sum(2 * work.nbytes(4, [name]) / 1e10 * 1e6 for name in ("input", "weight", "output"))
+    assert found.variant_us == pytest.approx(compute) and found.baseline_us == pytest.approx(compute + moved)
+    terms = card_terms(ctx)
+    assert terms is not None
+    assert any("20% of its roofline the device's reference convolution 64 -> 4" in (t.derived or "")
+               for t in terms.terms)

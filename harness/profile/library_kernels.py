@@ -1,0 +1,97 @@
+"""What this CPU's libraries' kernels achieve at reference shapes, beside its peaks (harness.profile.cpu_peaks):
+the measured ranges a prediction states where a library's kernel need not run as the roofline says
+(harness.predict). Each is a stated microbenchmark, measured once per machine with the peaks and cached with them.
+
+- Convolution layouts: a 3x3x3 float32 convolution at each reference shape in NCDHW and in each channels-last
+  layout, timed in turns: each layout's speedup there (harness.predict.layout's library-kernel range), and the
+  NCDHW time (the share of its roofline a convolution of such channels reaches: harness.predict.terms).
+- Few-row products: `F.linear` of 1 to 64 rows (the report's M=3 linears, and their rows batched) by a square
+  weight that streams from DRAM (4x the last-level cache, at least 64 MiB) and by one that fits half of the
+  last-level cache: each row count's time (harness.predict.batching: such a product runs far from its roofline,
+  3 bfloat16 rows at 34 GB/s on an AMD EPYC whose copy ran at 47 to 86, 60 rows at 70% of the math peak).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+ROW_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+_DRAM_MIN_BYTES = 64 * 2**20
+_DRAM_MAX_BYTES = 512 * 2**20
+_FEW_ROW_REPEATS = 3
+FEW_ROW_DTYPES = ("float32", "bfloat16")
+
+
+# The reference convolutions of measure_conv_layouts: 3x3x3 kernels, (Cin, Cout, output T, H, W), square ones at
+# three widths and a narrow output (the kinds of convolution of a video VAE), 0.2 to 3.6 GFLOP each (at 16x less
+# the speedups swung by 0.1 between two measurements).
+CONV_REFERENCES = ((64, 64, (4, 64, 32)), (128, 128, (4, 32, 32)), (256, 256, (4, 16, 16)), (64, 4, (4, 128, 64)))
+CONV_LAYOUTS = {"channels_last_3d": (True, True), "channels_last_input": (True, False),
+                "channels_last_weight": (False, True)}  # which of input and weight are channels-last
+_CONV_REPEATS = 3
+
+
+def measure_conv_layouts() -> tuple[dict[str, list[float]], list[dict[str, Any]]]:
+    """For each layout of CONV_LAYOUTS, at each reference convolution, float32: the NCDHW convolution's best time
+    over the layout's (its speedup); and each reference with its NCDHW best time (`cin`, `cout`, `output`,
+    `seconds`). A library's kernel for channels-last tensors need not run at the NCDHW kernel's share of the peak
+    (oneDNN's ran 0.94x to 1.27x its NCDHW time on an AMD EPYC): the spread is what harness.predict.layout states
+    for the library's kernel choice; nor does a narrow convolution run near the peak (64 -> 4 channels at 18% of
+    it there): the share its reference reached is what a convolution's compute is timed at (harness.predict.terms)."""
+    import torch
+    import torch.nn.functional as F
+
+    def fmt(tensor: Any, last: bool) -> Any:
+        return tensor.contiguous(memory_format=torch.channels_last_3d) if last else tensor
+
+    out: dict[str, list[float]] = {name: [] for name in CONV_LAYOUTS}
+    references: list[dict[str, Any]] = []
+    for cin, cout, (t, h, w) in CONV_REFERENCES:
+        x, weight, bias = torch.randn(1, cin, t + 2, h + 2, w + 2), torch.randn(cout, cin, 3, 3, 3), torch.randn(cout)
+        forms = {"contiguous": (x, weight), **{name: (fmt(x, last_x), fmt(weight, last_w))
+                                                for name, (last_x, last_w) in CONV_LAYOUTS.items()}}
+        for inp, wt in forms.values():
+            F.conv3d(inp, wt, bias)  # warm-up: the library picks and prepares its kernel
+        best = {name: math.inf for name in forms}
+        for _ in range(_CONV_REPEATS):  # in turns, so that a moment of interference meets every form alike
+            for name, (inp, wt) in forms.items():
+                t0 = time.perf_counter()
+                F.conv3d(inp, wt, bias)
+                best[name] = min(best[name], time.perf_counter() - t0)
+        for name in CONV_LAYOUTS:
+            out[name].append(best["contiguous"] / best[name])
+        references.append({"cin": cin, "cout": cout, "output": [t, h, w], "seconds": best["contiguous"]})
+    return out, references
+
+
+def measure_few_rows(llc_bytes: int | None) -> dict[str, dict[str, dict[str, Any]]]:
+    """For each dtype of FEW_ROW_DTYPES torch can multiply, for a square weight streamed from DRAM ("dram") and one
+    in half the last-level cache ("cache", where its size is known): the weight's side `n` and the best seconds of
+    `F.linear` of each row count of ROW_COUNTS by it, the counts taken in turns."""
+    import torch
+    import torch.nn.functional as F
+
+    sizes = {"dram": min(max(4 * (llc_bytes or 0), _DRAM_MIN_BYTES), _DRAM_MAX_BYTES)}
+    if llc_bytes:
+        sizes["cache"] = llc_bytes // 2
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for name in FEW_ROW_DTYPES:
+        dtype, element = getattr(torch, name), torch.finfo(getattr(torch, name)).bits // 8
+        for where, nbytes in sizes.items():
+            n = max(64, int(math.sqrt(nbytes / element)))
+            weight = torch.randn(n, n).to(dtype)
+            rows = {m: torch.randn(m, n).to(dtype) for m in ROW_COUNTS}
+            try:
+                F.linear(rows[ROW_COUNTS[0]], weight)  # warm-up (and the weight into the cache, where it fits)
+            except (RuntimeError, NotImplementedError):
+                break
+            best = {m: math.inf for m in ROW_COUNTS}
+            for _ in range(_FEW_ROW_REPEATS):
+                for m, x in rows.items():
+                    t0 = time.perf_counter()
+                    F.linear(x, weight)
+                    best[m] = min(best[m], time.perf_counter() - t0)
+            out.setdefault(name, {})[where] = {"n": n, "seconds": {str(m): t for m, t in best.items()}}
+    return out
