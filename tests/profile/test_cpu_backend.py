@@ -78,6 +78,11 @@ def test_measured_peaks_are_plausible_and_say_where_they_came_from(peaks):
     assert "copy_" in peaks.sources["mem_bw"]
     assert peaks.torch_threads == torch.get_num_threads()
     assert set(peaks.flops_per_s) | set(peaks.unsupported) == {"float32", "bfloat16", "float16"}
+    assert max(peaks.by_size["float32"].values()) == peaks.flops_per_s["float32"]  # the peak is a size's best
+    # the reference kernels beside them (harness.profile.library_kernels): each layout at every reference shape
+    assert {len(v) for v in peaks.conv_layouts.values()} == {len(peaks.conv_references)} == {4}
+    assert all(s > 0 for v in peaks.conv_layouts.values() for s in v)
+    assert "dram" in peaks.few_rows["float32"]
     again = CpuPeaks.from_dict(json.loads(json.dumps(peaks.as_dict())))
     assert again == peaks
 
