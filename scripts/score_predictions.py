@@ -96,14 +96,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"rows": [r.to_dict() for r in rows], "calibration": calibrate(rows).as_dict()}, indent=1))
         return 0
+    print_scored(rows)
+    print(f"\n{calibrate(rows).line()}")
+    return 0
+
+
+def print_scored(rows: list[Prediction]) -> None:
+    """Each measured row: its prediction and interval, its measurement and error, and the prediction's basis."""
     for r in rows:
         predicted = "no number" if r.speedup is None or r.interval is None else \
             f"{r.speedup:.3g}x [{r.interval[0]:.3g}, {r.interval[1]:.3g}]"
         error = "" if r.error is None else f", error {r.error:+.1%}"
         print(f"{r.card} {r.experiment}: {r.variant}{r.params or ''} on {r.device}: predicted {predicted}, "
               f"measured {r.measured:.3g}x{error}\n    {r.basis}")
-    print(f"\n{calibrate(rows).line()}")
-    return 0
 
 
 if __name__ == "__main__":
