@@ -2,7 +2,8 @@
 measured by its own run (its space cut to that one configuration, the default cards), then every run's own
 predictions.json scored together (scripts/score_predictions.py).
 
-    python scripts/cpu_calibration.py OUT [--experiments E ...] [--cards C ...] [--repeats N] [--fresh-peaks]
+    python scripts/cpu_calibration.py OUT [--experiments E ...] [--cards C ...] [--variants V ...]
+                                          [--params NAME=VALUE ...] [--repeats N] [--fresh-peaks]
 
 Each run predicts before it measures, on this CPU by its cached peaks and reference kernels
 (harness.profile.cpu_peaks); `--fresh-peaks` measures them again before each repeat, so that the figures include
@@ -41,16 +42,20 @@ def overrides(space: dict[str, Any], variant: str, params: dict[str, Any]) -> li
 
 
 def slug(variant: str, params: dict[str, Any]) -> str:
-    return "-".join([variant, *(f"{k}={v}" for k, v in sorted(params.items()))]).replace("/", "_")
+    """The configuration's folder name (no '=', which Hydra's override grammar would read in hydra.run.dir)."""
+    return "-".join([variant, *(f"{k}_{v}" for k, v in sorted(params.items()))]).replace("/", "_")
 
 
-def run_all(out: Path, experiments: list[str], cards: list[str] | None, repeat: int) -> list[Path]:
-    """One run per configuration of each experiment; the run folders that finished."""
+def run_all(out: Path, experiments: list[str], cards: list[str] | None, chosen: Any, repeat: int) -> list[Path]:
+    """One run per configuration of each experiment (`chosen(variant, params)` only); the run folders that
+    finished."""
     plans = {plan.name: plan for plan in shipped_experiments()}
     done = []
     for name in experiments:
         plan = plans[name]
         for variant, params in plan.configurations():
+            if not chosen(variant, params):
+                continue
             run_dir = out / str(repeat) / name / slug(variant, params)
             command = [sys.executable, "-m", "harness", f"experiment={name}", *overrides(dict(plan.space), variant,
                                                                                         params),
@@ -75,14 +80,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--experiments", nargs="+", default=list(EXPERIMENTS), choices=EXPERIMENTS)
     parser.add_argument("--cards", nargs="+", help="card ids (default: each experiment's default cards)")
+    parser.add_argument("--variants", nargs="+", help="only these variants' configurations (default: all)")
+    parser.add_argument("--params", nargs="+", default=[], metavar="NAME=VALUE",
+                        help="only the configurations with these parameter values")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--fresh-peaks", action="store_true", help="measure the CPU's peaks again before each repeat")
     args = parser.parse_args(argv)
+    wanted = dict(pair.split("=", 1) for pair in args.params)
+
+    def chosen(variant: str, params: dict[str, Any]) -> bool:
+        return (not args.variants or variant in args.variants) and all(
+            str(params.get(name)) == value for name, value in wanted.items())
+
     runs = []
     for repeat in range(1, args.repeats + 1):
         if args.fresh_peaks:
             forget_peaks()
-        runs += run_all(args.out, args.experiments, args.cards, repeat)
+        runs += run_all(args.out, args.experiments, args.cards, chosen, repeat)
     rows = score(runs, None)
     print_scored(rows)
     figures = calibrate(rows)

@@ -22,9 +22,9 @@ from harness.predict.work import work_of
 
 def conv_share(ctx: Context) -> tuple[float, str] | None:
     """The share of its roofline the float32 reference convolution nearest the card's channels reached, with its
-    text; None where the device has none, or the card is not a float32 convolution."""
+    text; None where the device has none, or the card is not a float32 conv3d (the references are 3x3x3 ones)."""
     shape, refs = ctx.card.shape_parameters, ctx.device.conv_references
-    if not refs or ctx.dtype.dtype != "float32" or ctx.card.op_kind not in ("conv3d", "conv2d") or ctx.work is None:
+    if not refs or ctx.dtype.dtype != "float32" or ctx.card.op_kind != "conv3d" or ctx.work is None:
         return None
     try:
         cin, cout = int(shape["weight"][1]) * int(shape.get("groups") or 1), int(shape["weight"][0])
