@@ -158,11 +158,18 @@ def cpu_device(peaks: Mapping[str, Any]) -> DeviceModel:
     by_size = by_size if isinstance(by_size, Mapping) else {}
     size_rates = {key: {str(n): float(r) for n, r in by_size[dtype].items() if _positive(r)}
                   for dtype, key in _CPU_DTYPES.items() if isinstance(by_size.get(dtype), Mapping)}
-    return DeviceModel(name=f"CPU {peaks.get('cpu_model') or ''}".strip(), kind="cpu", compute=compute,
-                       bandwidth=_cpu_rate(float(bandwidth), tries.get("mem_bw"), "measured copy bandwidth", "GB/s"),
-                       notes=notes, size_rates=size_rates, conv_layouts=_conv_layouts(peaks.get("conv_layouts")),
-                       few_rows=_few_rows(peaks.get("few_rows")),
-                       conv_references=_conv_references(peaks.get("conv_references")))
+    return with_reference_kernels(DeviceModel(
+        name=f"CPU {peaks.get('cpu_model') or ''}".strip(), kind="cpu", compute=compute,
+        bandwidth=_cpu_rate(float(bandwidth), tries.get("mem_bw"), "measured copy bandwidth", "GB/s"), notes=notes,
+        size_rates=size_rates), peaks)
+
+
+def with_reference_kernels(model: DeviceModel, found: Mapping[str, Any]) -> DeviceModel:
+    """`model` with the reference kernels measured on it that `found` holds (harness.profile.library_kernels'
+    `conv_layouts`, `conv_references`, `few_rows`: a CPU's recorded with its peaks, a GPU's beside its table's)."""
+    return replace(model, conv_layouts=_conv_layouts(found.get("conv_layouts")),
+                   few_rows=_few_rows(found.get("few_rows")),
+                   conv_references=_conv_references(found.get("conv_references")))
 
 
 def _conv_layouts(found: Any) -> dict[str, list[float]]:

@@ -26,7 +26,7 @@ from harness.cards.reproduce import reported_device
 from harness.config.schema import HarnessConfig, experiment_of
 from harness.errors import HarnessError
 from harness.predict.calibration import calibrate, ncu_calibration, with_measured
-from harness.predict.device import DeviceModel, cpu_device, gpu_device
+from harness.predict.device import DeviceModel, cpu_device, gpu_device, with_reference_kernels
 from harness.predict.plan import ExperimentPlan, predict_rows
 from harness.predict.prediction import Prediction, params_key
 from harness.predict.report_rows import best_savings, context_maker, model_time_us
@@ -94,7 +94,8 @@ def _device_and_shapes(cfg: HarnessConfig, worker: TrialWorker, cards: Sequence[
     if not described.ok:
         raise WorkerError(f"the worker could not describe the peaks and shapes: {described.reason}")
     peaks = described.peaks or {}
-    model = gpu_device(str(peaks.get("device_name") or device)) if device.startswith("cuda") else cpu_device(peaks)
+    model = with_reference_kernels(gpu_device(str(peaks.get("device_name") or device)), peaks) \
+        if device.startswith("cuda") else cpu_device(peaks)
     shapes = {card: plan["shape"] for card, plan in described.plans.items() if "shape" in plan}
     return model, shapes
 

@@ -108,11 +108,13 @@ def _derived(obj: dict[str, Any]) -> dict[str, Any]:
 
 def device_peaks(device: str) -> dict[str, Any]:
     """The device's peaks as a card records them: a CPU's measured (and cached: harness.profile.cpu_peaks), with
-    whether it was busy; a GPU's table entry with what the device itself says."""
+    whether it was busy and its reference kernels; a GPU's table entry with what the device itself says, and its
+    reference kernels (measured once and cached: harness.profile.library_kernels)."""
     if device.startswith("cuda"):
         from harness.profile.gpu_peaks import for_current_device
+        from harness.profile.library_kernels import gpu_reference_kernels
 
-        return for_current_device().to_dict()
+        return {**for_current_device().to_dict(), **gpu_reference_kernels(device)}
     from harness.profile.cpu_peaks import get_cpu_peaks
 
     peaks = get_cpu_peaks()

@@ -287,3 +287,16 @@ def test_a_convolutions_compute_runs_at_the_share_its_nearest_reference_convolut
     assert terms is not None
     assert any("20% of its roofline the device's reference convolution 64 -> 4" in (t.derived or "")
                for t in terms.terms)
+
+
+def test_on_the_reports_gpu_its_measured_reference_convolutions_widen_a_layouts_interval():
+    """The report's GPU with reference kernels measured on it (harness.profile.library_kernels, cached by the
+    worker): where its channels-last references ran no faster than NCDHW (cuDNN converting them itself), the
+    interval reaches down to the compute's time unchanged; the point is still the conversions removed."""
+    from harness.predict.device import with_reference_kernels
+
+    gpu = with_reference_kernels(PLANTED, {"conv_layouts": {"channels_last_3d": [0.9, 1.0]}})
+    found = predicted(context(conv_card(CONVERSIONS, 100.0), device=gpu), "vae_channels_last", "channels_last_3d")
+    assert isinstance(found, Estimate) and found.speedup == pytest.approx(100.0 / 60.0)
+    kernel = [o for o in found.outcomes if "reference convolutions" in o.uncertainty]
+    assert sorted(o.variant_us for o in kernel) == pytest.approx([60.0, 60.0 / 0.9])
