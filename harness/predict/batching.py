@@ -13,7 +13,8 @@ the batch of kM rows each at their own share, not the same efficiency.
 Stated uncertainty: a kernel far from its roofline (the 256->5120 linear: a few microseconds, a partial wave) is
 latency, not work: at the other extreme only its busy share grows with the rooflines, the rest stays per
 invocation (and is shared by the k calls); with measured few-row products, the weight at the other place (the
-cache's reference for DRAM's, or DRAM's for the cache's). A call whose weight is under half its bytes is skipped
+cache's reference for DRAM's, or DRAM's for the cache's), and the call's or the batch's reference at the slowest
+of its repeats (one measurement of it moves that much). A call whose weight is under half its bytes is skipped
 by the experiment (the N=64 heads read a 4680x5120 activation): no number for it.
 """
 
@@ -31,6 +32,7 @@ from harness.predict.work import Work
 EXPERIMENT = "dit_small_m_batching"
 MIN_WEIGHT_SHARE = 0.5  # experiments.dit_small_m_batching's: below it the variant is skipped
 LATENCY = "only the busy share of the kernel's time grows with the rooflines (the report's sm/tensor/dram/l2 %)"
+REPEATS = "one measurement of the reference products: the call's or the batch's at its slowest repeat"
 
 
 def batched_work(work: Work, k: int) -> Work:
@@ -62,12 +64,15 @@ def predict_batching(ctx: Context, variant: str, params: Mapping[str, Any]) -> E
     rows = int(work.shape["M"])
     shares = {} if ctx.measured_here else few_row_shares(ctx, work.nbytes(size, ["weight"]), (rows, k * rows))
 
-    def scenario(ts: list[Term] | Any, latency: bool = False, at: str | None = None) -> tuple[float, float]:
+    def scenario(ts: list[Term] | Any, latency: bool = False, at: tuple[float, ...] | None = None
+                 ) -> tuple[float, float]:
+        """Per original call: the call's time and the batch's over k (`at`: the call's and the batch's shares of
+        their rooflines, each time its roofline's over its share)."""
         base = sum(t.us for t in ts)
         grown = sum(t.us * ((t.busy if latency and t.busy is not None else 1.0) * (growth - 1.0) + 1.0) for t in ts)
-        if at is None or at not in shares:
+        if at is None:
             return base, grown / k
-        call, batch = shares[at]
+        call, batch = at
         return base / call, grown / batch / k
 
     basis = (f"M={rows}: weight reads shared by k={k} calls: the invocation's roofline "
@@ -77,9 +82,11 @@ def predict_batching(ctx: Context, variant: str, params: Mapping[str, Any]) -> E
         return estimate(ctx, terms, scenario, basis, [Outcome(LATENCY, *scenario(terms.terms, latency=True))])
     nearest, *other = shares
     call, batch = shares[nearest]
+    slow_call, slow_batch = few_row_shares(ctx, work.nbytes(size, ["weight"]), (rows, k * rows), slowest=True)[nearest]
     basis += (f"; the device's products of {rows} and {k * rows} rows by its {nearest} reference weight ran at "
               f"{call:.0%} and {batch:.0%} of their rooflines (harness.profile.library_kernels)")
     extra = [Outcome(f"the weight in {where}: its reference products' shares of their rooflines", *scenario(
-        terms.terms, at=where)) for where in other]
-    return estimate(ctx, terms, lambda ts: scenario(ts, at=nearest), basis,
-                    [Outcome(LATENCY, *scenario(terms.terms, latency=True, at=nearest)), *extra])
+        terms.terms, at=shares[where])) for where in other]
+    extra += [Outcome(REPEATS, *scenario(terms.terms, at=at)) for at in ((slow_call, batch), (call, slow_batch))]
+    return estimate(ctx, terms, lambda ts: scenario(ts, at=shares[nearest]), basis,
+                    [Outcome(LATENCY, *scenario(terms.terms, latency=True, at=shares[nearest])), *extra])

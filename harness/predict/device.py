@@ -60,9 +60,10 @@ class DeviceModel:
     size_rates: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     # layout -> the device's reference convolutions' speedups in it over NCDHW (a CPU's: harness.profile.cpu_peaks)
     conv_layouts: Mapping[str, Sequence[float]] = field(default_factory=dict)
-    # dtype -> where the weight sits ("dram", "cache") -> (the square weight's side, rows -> seconds): the device's
-    # few-row products (a CPU's: harness.profile.library_kernels)
-    few_rows: Mapping[str, Mapping[str, tuple[int, Mapping[int, float]]]] = field(default_factory=dict)
+    # dtype -> where the weight sits ("dram", "cache") -> (the square weight's side, rows -> best seconds, rows ->
+    # the slowest repeat's seconds): the device's few-row products (harness.profile.library_kernels)
+    few_rows: Mapping[str, Mapping[str, tuple[int, Mapping[int, float], Mapping[int, float]]]] = field(
+        default_factory=dict)
     # (Cin, Cout, output (T, H, W), NCDHW float32 seconds) of the device's reference 3x3x3 convolutions
     conv_references: Sequence[tuple[int, int, tuple[int, int, int], float]] = field(default_factory=tuple)
 
@@ -192,17 +193,22 @@ def _conv_references(found: Any) -> tuple[tuple[int, int, tuple[int, int, int], 
     return tuple(out)
 
 
-def _few_rows(found: Any) -> dict[str, dict[str, tuple[int, dict[int, float]]]]:
-    out: dict[str, dict[str, tuple[int, dict[int, float]]]] = {}
+def _few_rows(found: Any) -> dict[str, dict[str, tuple[int, dict[int, float], dict[int, float]]]]:
+    out: dict[str, dict[str, tuple[int, dict[int, float], dict[int, float]]]] = {}
     for dtype, places in (found.items() if isinstance(found, Mapping) else ()):
         for where, entry in (places.items() if isinstance(places, Mapping) else ()):
-            seconds = entry.get("seconds") if isinstance(entry, Mapping) else None
-            if not isinstance(seconds, Mapping) or not _positive(entry.get("n")):
+            if not isinstance(entry, Mapping) or not _positive(entry.get("n")):
                 continue
-            times = {int(m): float(t) for m, t in seconds.items() if str(m).isdigit() and _positive(t)}
-            if times:
-                out.setdefault(str(dtype), {})[str(where)] = (int(entry["n"]), times)
+            best, slowest = (_times(entry.get(key)) for key in ("seconds", "slowest"))
+            if best:
+                out.setdefault(str(dtype), {})[str(where)] = (int(entry["n"]), best, slowest or best)
     return out
+
+
+def _times(found: Any) -> dict[int, float]:
+    """rows -> seconds, the positive ones of a recorded mapping."""
+    items = found.items() if isinstance(found, Mapping) else ()
+    return {int(m): float(t) for m, t in items if str(m).isdigit() and _positive(t)}
 
 
 def _cpu_rate(best: float, tries: Any, what: str, unit: str) -> Rate:

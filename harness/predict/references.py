@@ -41,16 +41,18 @@ def conv_share(ctx: Context) -> tuple[float, str] | None:
                    "reached (harness.profile.library_kernels)")
 
 
-def few_row_shares(ctx: Context, weight_bytes: float, rows: tuple[int, ...]) -> dict[str, tuple[float, ...]]:
+def few_row_shares(ctx: Context, weight_bytes: float, rows: tuple[int, ...], *, slowest: bool = False
+                   ) -> dict[str, tuple[float, ...]]:
     """For each place of the device's few-row products of the card's dtype, the nearest in weight bytes first: the
-    share of its roofline the reference product of each of `rows` rows reached (interpolated in log rows)."""
+    share of its roofline the reference product of each of `rows` rows reached (interpolated in log rows), by its
+    best repeat (`slowest`: by its slowest)."""
     places = ctx.device.few_rows.get(ctx.dtype.dtype) or {}
     size = ctx.element_bytes
     order = sorted(places, key=lambda w: abs(math.log(places[w][0] ** 2 * size / max(weight_bytes, 1.0))))
     out = {}
     for where in order:
-        n, seconds = places[where]
-        measured = sorted((m, _roofline_s(ctx, m, n) / t) for m, t in seconds.items())
+        n, best, worst = places[where]
+        measured = sorted((m, _roofline_s(ctx, m, n) / t) for m, t in (worst if slowest else best).items())
         out[where] = tuple(_interpolated(measured, r) for r in rows)
     return out
 

@@ -77,7 +77,7 @@ class CpuPeaks:
     conv_layouts: dict[str, list[float]] = field(default_factory=dict)
     # the reference convolutions: cin, cout, output [T, H, W] (3x3x3 kernels) and their NCDHW float32 best seconds
     conv_references: list[dict[str, Any]] = field(default_factory=list)
-    # dtype -> "dram"/"cache" -> {"n": the weight's side, "seconds": {rows: best time}} (library_kernels)
+    # dtype -> "dram"/"cache" -> {"n": the weight's side, "seconds"/"slowest": {rows: best/slowest repeat's time}}
     few_rows: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     @property
@@ -166,8 +166,8 @@ class CpuPeaks:
             by_size={str(k): {str(n): float(r) for n, r in v.items()} for k, v in by_size.items()},
             conv_layouts={str(k): [float(x) for x in v] for k, v in layouts.items()},
             conv_references=[dict(r) for r in references],
-            few_rows={str(k): {str(w): {"n": int(r["n"]), "seconds": {str(m): float(t)
-                                                                       for m, t in r["seconds"].items()}}
+            few_rows={str(k): {str(w): {"n": int(r["n"]), **{key: {str(m): float(t) for m, t in r[key].items()}
+                                                             for key in ("seconds", "slowest") if key in r}}
                                for w, r in v.items()} for k, v in few_rows.items()},
         )
 

@@ -101,8 +101,8 @@ def measure_conv_layouts(device: str = "cpu") -> tuple[dict[str, list[float]], l
 
 def measure_few_rows(llc_bytes: int | None, device: str = "cpu") -> dict[str, dict[str, dict[str, Any]]]:
     """For each dtype of FEW_ROW_DTYPES torch can multiply, for a square weight streamed from DRAM ("dram") and one
-    in half the last-level cache ("cache", where its size is known): the weight's side `n` and the best seconds of
-    `F.linear` of each row count of ROW_COUNTS by it (`_row_times`)."""
+    in half the last-level cache ("cache", where its size is known): the weight's side `n`, and the best and the
+    slowest repeat's seconds of `F.linear` of each row count of ROW_COUNTS by it (`_row_times`)."""
     import torch
 
     sizes = {"dram": min(max(4 * (llc_bytes or 0), _DRAM_MIN_BYTES), _DRAM_MAX_BYTES)}
@@ -116,34 +116,37 @@ def measure_few_rows(llc_bytes: int | None, device: str = "cpu") -> dict[str, di
             weight = torch.randn(n, n, device=device).to(dtype)
             rows = {m: torch.randn(m, n, device=device).to(dtype) for m in ROW_COUNTS}
             try:
-                seconds = _row_times(weight, rows, _timer(device))
+                best, slowest = _row_times(weight, rows, _timer(device))
             except (RuntimeError, NotImplementedError):
                 break
-            out.setdefault(name, {})[where] = {"n": n, "seconds": {str(m): t for m, t in seconds.items()}}
+            out.setdefault(name, {})[where] = {"n": n, "seconds": {str(m): t for m, t in best.items()},
+                                               "slowest": {str(m): t for m, t in slowest.items()}}
     return out
 
 
-def _row_times(weight: Any, rows: dict[int, Any], timed: Callable[[Callable[[], Any]], float]) -> dict[int, float]:
+def _row_times(weight: Any, rows: dict[int, Any], timed: Callable[[Callable[[], Any]], float]
+               ) -> tuple[dict[int, float], dict[int, float]]:
     """Each row count's best time, the counts in turns after a warm-up of each; then no count slower than a larger
     one (fewer rows by the same weight cannot take longer: the larger count's time bounds it). Where that bound
     cut a time by more than DISTURBED, the products are timed again and each count's best of both kept (once, a
-    bfloat16 product by a weight in the cache took 4x its time at up to 12 rows in one process, and in no other)."""
+    bfloat16 product by a weight in the cache took 4x its time at up to 12 rows in one process, and in no other).
+    With each count's slowest repeat of the pass kept: how far one measurement of the product moves."""
     import torch.nn.functional as F
 
-    def timed_all() -> dict[int, float]:
+    def timed_all() -> tuple[dict[int, float], dict[int, float]]:
         for x in rows.values():
             F.linear(x, weight)  # warm-up: the library picks its kernel for the shape (and the weight into the cache)
-        best = {m: math.inf for m in rows}
+        times: dict[int, list[float]] = {m: [] for m in rows}
         for _ in range(_FEW_ROW_REPEATS):
             for m, x in rows.items():
-                best[m] = min(best[m], timed(functools.partial(F.linear, x, weight)))
-        return best
+                times[m].append(timed(functools.partial(F.linear, x, weight)))
+        return {m: min(t) for m, t in times.items()}, {m: max(t) for m, t in times.items()}
 
-    best = timed_all()
+    best, slowest = timed_all()
     if any(t > DISTURBED * bound for t, bound in zip(best.values(), _bounded(best).values())):
-        again = timed_all()
+        again, slowest = timed_all()
         best = {m: min(t, again[m]) for m, t in best.items()}
-    return _bounded(best)
+    return _bounded(best), _bounded(slowest)
 
 
 def _bounded(seconds: dict[int, float]) -> dict[int, float]:

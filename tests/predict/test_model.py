@@ -252,6 +252,15 @@ def test_batching_on_a_device_with_measured_few_row_products_runs_each_product_a
     assert isinstance(found, Estimate) and found.speedup == pytest.approx(20 * 2 * roofline_3 / 150e-6, rel=1e-6)
     assert "ran at 50% and 80% of their rooflines" in found.basis
 
+    # A slowest repeat of the 3-row product 1.25x its best: the interval reaches 1.25x the point, from that alone.
+    slow = {"dram": {**places["dram"], "slowest": {"3": 2.5 * roofline_3, "60": 1.25 * 2 * 60 * 1e6 / 1e12}}}
+    ctx_slow = context(card, CardDtype("bfloat16", "report", NATIVE, "planted"),
+                       cpu_device({**peaks, "few_rows": {"bfloat16": slow}}), here=False)
+    repeated = predict_one(PREDICTORS["dit_small_m_batching"], ctx_slow, "batched", {"k": 20})
+    assert isinstance(repeated, Estimate)
+    interval = row("c", "dit_small_m_batching", "batched", {"k": 20}, "planted", repeated, None).interval
+    assert interval == pytest.approx([found.speedup, 1.25 * found.speedup], rel=1e-6)
+
     cached = {**places, "cache": {"n": 100, "seconds": {"3": 1.0, "60": 1.0}}}  # absurdly slow: only an outcome
     ctx = context(card, CardDtype("bfloat16", "report", NATIVE, "planted"),
                   cpu_device({**peaks, "few_rows": {"bfloat16": cached}}), here=False)
