@@ -174,7 +174,9 @@ def app(cfg: DictConfig) -> float | None:
     print(f"\n{ctx.experiment.name}: {len(outcomes)} card(s) on {ctx.device} in {phases['wall_s']:.1f} s; "
           f"{outside:.1f} s ({100 * outside / max(phases['wall_s'], 1e-9):.0f}%) outside measurement "
           f"(set-up {phases['setup_s']:.1f} s, correctness checks {phases.get('checks_s', 0.0):.1f} s, "
-          f"profiling {phases['profiling_s']:.1f} s, rest bookkeeping{once}; "
+          f"profiling {phases['profiling_s']:.1f} s, predictions {phases.get('predictions_s', 0.0):.1f} s (a machine's "
+          "first run measures its peaks and reference kernels there, once), "
+          f"rest bookkeeping{once}; "
           "measurement: the trials' timing, the baseline's drift re-times and the confirm rounds)")
     print((run_dir / "summary.md").read_text(encoding="utf-8"))
     print(f"outputs: {run_dir}  ({', '.join(written_outputs(run_dir))})")

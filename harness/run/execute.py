@@ -191,7 +191,9 @@ def execute(cfg: HarnessConfig, run_dir: Path) -> tuple[RunContext, list[CardOut
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     drawn = drawable(space, experiment.unmet)[0]
     # What the run expects before it measures (harness.predict): predictions.json, scored as the cards finish.
+    predicting = time.perf_counter()  # on a machine's first run, with its peaks and reference kernels measured
     write_predictions(run_dir, predict_run(cfg, worker, [Planned(experiment, drawn, cards)], setup.report, device))
+    ctx.phases["predictions_s"] = time.perf_counter() - predicting
     per_card = plan_search(drawn, cfg.search).n_trials if drawn else 0
     if (cut := trials_cut(cfg.search.n_trials, per_card if drawn else None)) is not None:
         log.info(cut)  # once: "trial 1 of 3" with search.n_trials=30 would otherwise go unexplained
