@@ -81,12 +81,11 @@ def predict_batching(ctx: Context, variant: str, params: Mapping[str, Any]) -> E
     if not shares:
         return estimate(ctx, terms, scenario, basis, [Outcome(LATENCY, *scenario(terms.terms, latency=True))])
     nearest, *other = shares
-    call, batch = shares[nearest]
-    slow_call, slow_batch = few_row_shares(ctx, work.nbytes(size, ["weight"]), (rows, k * rows), slowest=True)[nearest]
+    (call, batch), (slow_call, slow_batch) = shares[nearest]
     basis += (f"; the device's products of {rows} and {k * rows} rows by its {nearest} reference weight ran at "
               f"{call:.0%} and {batch:.0%} of their rooflines (harness.profile.library_kernels)")
     extra = [Outcome(f"the weight in {where}: its reference products' shares of their rooflines", *scenario(
-        terms.terms, at=shares[where])) for where in other]
+        terms.terms, at=shares[where][0])) for where in other]
     extra += [Outcome(REPEATS, *scenario(terms.terms, at=at)) for at in ((slow_call, batch), (call, slow_batch))]
-    return estimate(ctx, terms, lambda ts: scenario(ts, at=shares[nearest]), basis,
-                    [Outcome(LATENCY, *scenario(terms.terms, latency=True, at=shares[nearest])), *extra])
+    return estimate(ctx, terms, lambda ts: scenario(ts, at=(call, batch)), basis,
+                    [Outcome(LATENCY, *scenario(terms.terms, latency=True, at=(call, batch))), *extra])

@@ -58,7 +58,7 @@ class DeviceModel:
     notes: tuple[str, ...] = field(default_factory=tuple)
     # peak key -> product size -> the best rate at that size (a CPU's peak measurement: harness.profile.cpu_peaks)
     size_rates: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    # layout -> the device's reference convolutions' speedups in it over NCDHW (a CPU's: harness.profile.cpu_peaks)
+    # layout -> the device's reference convolutions' speedups in it over NCDHW (harness.profile.library_kernels)
     conv_layouts: Mapping[str, Sequence[float]] = field(default_factory=dict)
     # dtype -> where the weight sits ("dram", "cache") -> (the square weight's side, rows -> best seconds, rows ->
     # the slowest repeat's seconds): the device's few-row products (harness.profile.library_kernels)

@@ -15,6 +15,7 @@ other way and the time the compute-bound work takes stays what the reference mea
 from __future__ import annotations
 
 import math
+from typing import Mapping
 
 from harness.predict.context import Context
 from harness.predict.work import work_of
@@ -41,20 +42,25 @@ def conv_share(ctx: Context) -> tuple[float, str] | None:
                    "reached (harness.profile.library_kernels)")
 
 
-def few_row_shares(ctx: Context, weight_bytes: float, rows: tuple[int, ...], *, slowest: bool = False
-                   ) -> dict[str, tuple[float, ...]]:
+def few_row_shares(ctx: Context, weight_bytes: float, rows: tuple[int, ...]
+                   ) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
     """For each place of the device's few-row products of the card's dtype, the nearest in weight bytes first: the
     share of its roofline the reference product of each of `rows` rows reached (interpolated in log rows), by its
-    best repeat (`slowest`: by its slowest)."""
+    best repeat and by its slowest."""
     places = ctx.device.few_rows.get(ctx.dtype.dtype) or {}
     size = ctx.element_bytes
     order = sorted(places, key=lambda w: abs(math.log(places[w][0] ** 2 * size / max(weight_bytes, 1.0))))
     out = {}
     for where in order:
-        n, best, worst = places[where]
-        measured = sorted((m, _roofline_s(ctx, m, n) / t) for m, t in (worst if slowest else best).items())
-        out[where] = tuple(_interpolated(measured, r) for r in rows)
+        n, best, slowest = places[where]
+        out[where] = (_shares(ctx, n, best, rows), _shares(ctx, n, slowest, rows))
     return out
+
+
+def _shares(ctx: Context, n: int, seconds: Mapping[int, float], rows: tuple[int, ...]) -> tuple[float, ...]:
+    """The share of its roofline the reference product of each of `rows` rows reached, by a weight of side n."""
+    measured = sorted((m, _roofline_s(ctx, m, n) / t) for m, t in seconds.items())
+    return tuple(_interpolated(measured, r) for r in rows)
 
 
 def _roofline_s(ctx: Context, rows: int, n: int) -> float:

@@ -73,7 +73,7 @@ class CpuPeaks:
     unsupported: dict[str, str] = field(default_factory=dict)  # dtype -> why no peak
     tries: dict[str, list[float]] = field(default_factory=dict)  # dtype or "mem_bw" -> each try's best rate
     by_size: dict[str, dict[str, float]] = field(default_factory=dict)  # dtype -> product size n -> best FLOP/s
-    # layout -> its float32 3x3x3 convolution's speedup over NCDHW at each reference shape (cpu_peak_tries)
+    # layout -> its float32 3x3x3 convolution's speedup over NCDHW at each reference shape (library_kernels)
     conv_layouts: dict[str, list[float]] = field(default_factory=dict)
     # the reference convolutions: cin, cout, output [T, H, W] (3x3x3 kernels) and their NCDHW float32 best seconds
     conv_references: list[dict[str, Any]] = field(default_factory=list)
