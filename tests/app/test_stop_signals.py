@@ -88,16 +88,31 @@ def _timed(argv: list[str], env: dict[str, str], pool: ThreadPoolExecutor, paral
     return list(pool.map(run, range(parallel)))
 
 
+# Python's site module reports a .pth line that raised and goes on ("Error processing line 1 of ....pth ...
+# Remainder of file ignored"): a KeyboardInterrupt landing there (wrapped in the RuntimeError of a __set_name__
+# call) is eaten by the interpreter's start-up before any program runs. Seen once in 200 tries at 20 ms in a fresh
+# clone's CI; the program never learns of it, so no program can refuse to exit 0 for it.
+EATEN_BY_SITE = "Remainder of file ignored"
+# A signal inside torch's native import may end in C++'s terminate(): SIGABRT, never a success (seen once in 9).
+NATIVE_ABORT = "terminate called"
+
+
 def _check(done: list[Try], stop_lines: tuple[str, ...]) -> None:
     sent = [t for t in done if t.sent]
     assert len(sent) >= len(done) // 2
+    eaten = [t for t in sent if EATEN_BY_SITE in t.stderr]
+    assert len(eaten) <= max(1, len(sent) // 50), eaten  # rare: the site module's moment is short
     for t in sent:
+        if t in eaten:
+            continue
         name = signal.Signals(t.signum).name
         assert t.returncode != 0, t  # never a success
         if t.returncode == 128 + t.signum:  # stopped at a checkpoint of harness: one line, no traceback
             assert "Traceback" not in t.stderr, t
             assert t.stderr.strip().splitlines()[-1].startswith(tuple(f"interrupted ({name}){line}"
                                                                       for line in stop_lines)), t
+        elif t.returncode == -signal.SIGABRT:  # torch's native import ended by terminate()
+            assert NATIVE_ABORT in t.stderr, t
         else:  # before harness's first line: Python's own handling of the signal
             assert t.returncode in (-t.signum, 1), t
     stopped = sum(1 for t in sent if t.returncode == 128 + t.signum)
